@@ -1,0 +1,228 @@
+"""The ``npu-studio`` command line. Every subcommand drives the same engine the GUI does.
+
+Exit status: 0 success; 2 bad input (one ``error:`` line on stderr, no traceback); 1 internal
+error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import numpy as np
+
+from engine.errors import ExecutionError, InputError, ModelError
+
+EXIT_OK, EXIT_INTERNAL, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad command-line usage: printed as one ``error:`` line, exit 2."""
+
+
+class Out:
+    """The CLI's only way to write (engine code never prints)."""
+
+    def __init__(self, stdout=None, stderr=None) -> None:
+        self.stdout = stdout or sys.stdout
+        self.stderr = stderr or sys.stderr
+
+    def line(self, text: str = "") -> None:
+        """Write one line to stdout."""
+        self.stdout.write(text + "\n")
+
+    def json(self, doc: Any) -> None:
+        """Write one JSON document to stdout."""
+        self.stdout.write(json.dumps(doc, indent=2, default=_json_default) + "\n")
+
+    def error(self, text: str) -> None:
+        """Write the single error line to stderr."""
+        first = " ".join(str(text).split("\n")[0].split()) if text else "unknown error"
+        self.stderr.write(f"error: {first}\n")
+
+    def info(self, text: str) -> None:
+        """Progress or notes on stderr (keeps stdout clean for --json)."""
+        self.stderr.write(text + "\n")
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """Parse ``NAME=D0,D1,...`` (the name may itself contain '=')."""
+    if "=" not in text:
+        raise UsageError(f"--shape {text!r}: expected NAME=D0,D1,...")
+    name, dims = text.rsplit("=", 1)
+    try:
+        values = tuple(int(d) for d in dims.split(",") if d.strip())
+    except ValueError:
+        raise UsageError(f"--shape {text!r}: dimensions must be integers") from None
+    if not name or not values:
+        raise UsageError(f"--shape {text!r}: expected NAME=D0,D1,...")
+    return name, values
+
+
+def _shapes(args: argparse.Namespace) -> dict[str, tuple[int, ...]]:
+    return dict(parse_shape(s) for s in (getattr(args, "shape", None) or []))
+
+
+def load_model_arg(args: argparse.Namespace):
+    """Load the MODEL argument with the --shape options."""
+    import engine
+
+    return engine.load(args.model, shapes=_shapes(args))
+
+
+def _load_npz(path: str, what: str) -> dict[str, np.ndarray]:
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{path}: no such file ({what})")
+    try:
+        with np.load(p, allow_pickle=False) as z:
+            if not hasattr(z, "files"):
+                raise InputError(f"{path}: not an .npz archive ({what})")
+            return {k: z[k] for k in z.files}
+    except InputError:
+        raise
+    except (OSError, ValueError, EOFError, KeyError) as exc:
+        raise InputError(f"{path}: cannot read as .npz ({what}): {exc}") from None
+    except Exception as exc:  # zipfile.BadZipFile and friends
+        raise InputError(f"{path}: cannot read as .npz ({what}): {type(exc).__name__}") from None
+
+
+# -- subcommands ----------------------------------------------------------------------------------
+def cmd_inspect(args: argparse.Namespace, out: Out) -> int:
+    from engine.inspect import format_summary, summarize
+
+    graph = load_model_arg(args)
+    doc = summarize(graph)
+    if args.json:
+        out.json(doc)
+    else:
+        out.line(format_summary(doc))
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace, out: Out) -> int:
+    import engine
+
+    graph = load_model_arg(args)
+    feeds = _load_npz(args.inputs, "--inputs")
+    results = engine.execute(graph, feeds)
+    dest = Path(args.out)
+    if dest.parent and not dest.parent.exists():
+        raise InputError(f"{args.out}: folder {dest.parent} does not exist")
+    try:
+        with open(dest, "wb") as fh:
+            np.savez(fh, **results)
+    except OSError as exc:
+        raise InputError(f"{args.out}: cannot write: {exc.strerror}") from None
+    for name, arr in results.items():
+        out.line(f"{name}: {arr.dtype}{list(arr.shape)}")
+    out.line(f"wrote {dest}")
+    return EXIT_OK
+
+
+Command = Callable[[argparse.Namespace, Out], int]
+_EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = []
+
+
+def extra_command(fn: Callable[[argparse._SubParsersAction], None]) -> Callable[[argparse._SubParsersAction], None]:
+    """Register a function that adds a subcommand (used by later modules)."""
+    _EXTRA_COMMANDS.append(fn)
+    return fn
+
+
+def add_model_args(p: argparse.ArgumentParser, model_required: bool = True) -> None:
+    """MODEL and --shape, shared by every command that takes a model."""
+    if model_required:
+        p.add_argument("model", metavar="MODEL", help="path to an .onnx file")
+    else:
+        p.add_argument("model", metavar="MODEL", nargs="?", help="path to an .onnx file")
+    p.add_argument("--shape", action="append", metavar="NAME=D0,D1,...",
+                   help="fix the shape of an input with dynamic dimensions (repeatable)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``npu-studio``."""
+    parser = _Parser(prog="npu-studio", description="See, optimize, quantize, place and simulate ONNX models for NPUs.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+
+    p = sub.add_parser("inspect", help="summarize a model")
+    add_model_args(p)
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("run", help="execute a model with the numpy executor")
+    add_model_args(p)
+    p.add_argument("--inputs", required=True, metavar="IN.npz", help="one array per input name")
+    p.add_argument("--out", required=True, metavar="OUT.npz", help="where to write the outputs")
+    p.set_defaults(func=cmd_run)
+
+    _load_extra_commands()
+    for add in _EXTRA_COMMANDS:
+        add(sub)
+    return parser
+
+
+def _load_extra_commands() -> None:
+    import importlib
+
+    for mod in ("engine.cli_commands",):
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as exc:
+            if exc.name != mod:
+                raise
+
+
+def main(argv: Sequence[str] | None = None, out: Out | None = None) -> int:
+    """Entry point of the console script; returns the exit status."""
+    out = out or Out()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    try:
+        parser = build_parser()
+        if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--debug"):
+            argv = ["gui", *argv]
+        if argv == ["--debug"]:
+            argv = ["--debug", "gui"]
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            args = parser.parse_args(["gui"])
+        return int(args.func(args, out) or 0)
+    except (UsageError, ModelError, InputError, ExecutionError) as exc:
+        out.error(str(exc))
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        out.error("interrupted")
+        return 130
+    except SystemExit as exc:  # argparse --help
+        return int(exc.code or 0)
+    except Exception as exc:
+        out.stderr.write(f"internal error: {type(exc).__name__}: {exc} (please report; --debug shows where)\n")
+        if debug:
+            traceback.print_exc(file=out.stderr)
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

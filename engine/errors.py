@@ -1,0 +1,15 @@
+"""Exceptions users see: each carries the one-line message the CLI prints after 'error:'."""
+
+from __future__ import annotations
+
+
+class ModelError(ValueError):
+    """The model (or a file or option about it) is unusable; the message says why in one line."""
+
+
+class InputError(ValueError):
+    """User-supplied data or options are wrong (a feed, a calibration file, a target file)."""
+
+
+class ExecutionError(ValueError):
+    """Running a graph failed; the message names the node."""

@@ -1,0 +1,148 @@
+"""The numpy executor: runs a Graph with each op's reference kernel.
+
+A plan (topological order, resolved attributes, last use of every value) is built once per
+graph version. Values are freed after their last use unless every intermediate is asked for.
+"""
+
+from __future__ import annotations
+
+from collections import ChainMap
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from engine.errors import ExecutionError
+from engine.ir.graph import Graph, Node
+from nodes import registry
+from nodes.spec import OpError, OpSpec, RunContext
+
+NodeHook = Callable[[Node, list[np.ndarray | None]], None]
+
+
+@dataclass
+class _Step:
+    node: Node
+    spec: OpSpec
+    ctx: RunContext
+    inputs: tuple[str | None, ...]
+    outputs: tuple[str | None, ...]
+    free: tuple[str, ...]
+
+
+class _Plan:
+    def __init__(self, graph: Graph, executor: Executor) -> None:
+        self.version = graph.version
+        order = graph.toposort()
+        steps: list[_Step] = []
+        last_use: dict[str, int] = {}
+        for k, node in enumerate(order):
+            for name in _all_reads(node):
+                last_use[name] = k
+        keep = {v.name for v in graph.outputs}
+        frees: list[list[str]] = [[] for _ in order]
+        local = {n for node in order for n in (v.name for v in node.outputs if v is not None)}
+        local |= {v.name for v in graph.inputs}
+        for name, k in last_use.items():
+            if name not in keep and name in local:
+                frees[k].append(name)
+        for k, node in enumerate(order):
+            spec = registry.get(node.op_type, node.domain)
+            if spec is None:
+                raise ExecutionError(f"op {node.op_type!r}{' of domain ' + node.domain if node.domain else ''} "
+                                     f"(node {node.name!r}) is not supported by the executor")
+            try:
+                attrs = spec.resolve_attrs(node)
+            except OpError as exc:
+                raise ExecutionError(str(exc)) from exc
+            opset = graph.opset(spec.domain)
+            ctx = RunContext(node, attrs, opset, executor.run_subgraph)
+            steps.append(_Step(node, spec, ctx,
+                               tuple(v.name if v is not None else None for v in node.inputs),
+                               tuple(v.name if v is not None else None for v in node.outputs),
+                               tuple(frees[k])))
+        self.steps = steps
+        self.consts = {name: v.const for name, v in graph.initializers.items()}
+
+
+def _all_reads(node: Node) -> list[str]:
+    names = [v.name for v in node.inputs if v is not None]
+    for sg in node.subgraphs():
+        for inner in sg.all_nodes():
+            names.extend(v.name for v in inner.inputs if v is not None)
+    return names
+
+
+class Executor:
+    """Runs graphs; one instance caches plans for a graph and its subgraphs."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self._plans: dict[int, _Plan] = {}
+        self._env_stack: list[Mapping[str, Any]] = []
+        self._hook: NodeHook | None = None
+
+    def _plan(self, graph: Graph) -> _Plan:
+        plan = self._plans.get(id(graph))
+        if plan is None or plan.version != graph.version:
+            plan = _Plan(graph, self)
+            self._plans[id(graph)] = plan
+        return plan
+
+    def run(self, feeds: Mapping[str, np.ndarray], keep_all: bool = False,
+            hook: NodeHook | None = None) -> dict[str, np.ndarray]:
+        """Execute the graph; returns the outputs (every value when ``keep_all``)."""
+        self._hook = hook
+        try:
+            return self._run(self.graph, feeds, ChainMap(), keep_all)
+        finally:
+            self._hook = None
+
+    def run_subgraph(self, graph: Graph, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """Run a subgraph (If/Loop body) that may read values of the enclosing scopes."""
+        outer = self._env_stack[-1] if self._env_stack else ChainMap()
+        res = self._run(graph, feeds, outer, False)
+        return [res[v.name] for v in graph.outputs]
+
+    def _run(self, graph: Graph, feeds: Mapping[str, np.ndarray], outer: Mapping[str, Any],
+             keep_all: bool) -> dict[str, np.ndarray]:
+        plan = self._plan(graph)
+        local: dict[str, Any] = dict(plan.consts)
+        local.update(feeds)
+        env = ChainMap(local, outer) if outer else local
+        self._env_stack.append(env)
+        hook = self._hook if graph is self.graph else None
+        try:
+            for step in plan.steps:
+                try:
+                    args = [env[n] if n is not None else None for n in step.inputs]
+                except KeyError as exc:
+                    raise ExecutionError(f"node {step.node.name!r} ({step.node.op_type}) reads "
+                                         f"{exc.args[0]!r}, which has no value") from None
+                try:
+                    res = step.spec.reference(step.ctx, *args)
+                except (OpError, ExecutionError):
+                    raise
+                except (ValueError, IndexError, TypeError, ZeroDivisionError, OverflowError,
+                        MemoryError, AssertionError) as exc:
+                    raise ExecutionError(f"node {step.node.name!r} ({step.node.op_type}) failed: {exc}") from exc
+                outs = [res] if isinstance(res, np.ndarray) else list(res)
+                for name, arr in zip(step.outputs, outs):
+                    if name is not None:
+                        local[name] = arr if isinstance(arr, np.ndarray) or arr is None else np.asarray(arr)
+                if hook is not None:
+                    hook(step.node, [local.get(n) if n is not None else None for n in step.outputs])
+                if not keep_all:
+                    for name in step.free:
+                        local.pop(name, None)
+        finally:
+            self._env_stack.pop()
+        if keep_all:
+            return dict(local)
+        out = {}
+        for v in graph.outputs:
+            if v.name not in env:
+                raise ExecutionError(f"graph output {v.name!r} was never computed")
+            out[v.name] = env[v.name]
+        return out

@@ -1,0 +1,43 @@
+"""Checking user feeds against a graph's declared inputs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from engine.errors import InputError
+from engine.ir.graph import Graph
+from engine.ir.types import dtype_name
+
+
+def check_feeds(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Validated feeds: every input present, right rank, fixed dims and dtype (cast when safe)."""
+    out: dict[str, np.ndarray] = {}
+    names = {v.name for v in graph.inputs} | set(getattr(graph, "overridable", ()))
+    for k in feeds:
+        if k not in names:
+            raise InputError(f"feed {k!r} is not an input of the model (inputs: {', '.join(sorted(names))})")
+    for v in graph.inputs:
+        if v.name not in feeds:
+            raise InputError(f"input {v.name!r} is missing from the feeds")
+        arr = feeds[v.name]
+        if not isinstance(arr, np.ndarray):
+            arr = np.asarray(arr)
+        t = v.type
+        if t.shape is not None:
+            if arr.ndim != len(t.shape):
+                raise InputError(f"input {v.name!r} expects rank {len(t.shape)} {tuple(t.shape)}, got shape {arr.shape}")
+            for k, (want, got) in enumerate(zip(t.shape, arr.shape)):
+                if isinstance(want, int) and want != got:
+                    raise InputError(f"input {v.name!r} dimension {k} must be {want}, got {got} (shape {arr.shape})")
+        if t.dtype is not None and arr.dtype != t.dtype:
+            if np.can_cast(arr.dtype, t.dtype, casting="same_kind") or (arr.dtype.kind in "iu" and t.dtype.kind == "f"):
+                arr = arr.astype(t.dtype)
+            else:
+                raise InputError(f"input {v.name!r} expects {dtype_name(t.dtype)}, got {dtype_name(arr.dtype)}")
+        out[v.name] = arr
+    for k in getattr(graph, "overridable", ()):
+        if k in feeds:
+            out[k] = np.asarray(feeds[k])
+    return out

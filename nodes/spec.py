@@ -1,0 +1,214 @@
+"""OpSpec: everything the system knows about one ONNX op, declared in one place.
+
+An OpSpec declares ports and an attribute schema (the GUI inspector is generated from it),
+shape/type inference, a numpy reference kernel (the executor, constant folding and
+calibration all run it), hardware-independent work (MACs, bytes, element ops) and NPU
+support rules whose docstrings are the user-facing text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from engine.ir.types import TensorType
+
+if TYPE_CHECKING:
+    from engine.ir.graph import Graph, Node
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Any = _Required()
+"""Default of an attribute that a node must set."""
+
+
+class OpError(ValueError):
+    """A node cannot be inferred or executed with its inputs/attributes (names the problem)."""
+
+
+@dataclass(frozen=True)
+class Port:
+    """An input or output of an op."""
+
+    name: str
+    optional: bool = False
+    variadic: bool = False
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class AttrSpec:
+    """An attribute: its kind (int, float, string, ints, floats, strings, tensor, graph)."""
+
+    name: str
+    kind: str
+    default: Any = None
+    doc: str = ""
+    choices: tuple[Any, ...] | None = None
+
+    @property
+    def required(self) -> bool:
+        """True when the node must set the attribute."""
+        return self.default is REQUIRED
+
+
+@dataclass
+class Work:
+    """Hardware-independent work of one node execution."""
+
+    macs: int = 0
+    elem_ops: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    weight_bytes: int = 0
+
+    @property
+    def bytes_total(self) -> int:
+        """Bytes read plus bytes written."""
+        return self.bytes_read + self.bytes_written
+
+
+class NodeContext:
+    """What inference, work and support rules see of one node."""
+
+    def __init__(self, node: Node, spec: OpSpec, input_types: Sequence[TensorType | None],
+                 consts: Sequence[np.ndarray | None], output_types: Sequence[TensorType | None] = ()) -> None:
+        self.node = node
+        self.spec = spec
+        self.input_types = list(input_types)
+        self.consts = list(consts)
+        self.output_types = list(output_types)
+        self.attrs = spec.resolve_attrs(node)
+        self.opset = node.graph.opset(spec.domain) if node.graph is not None else spec.since
+
+    @property
+    def n_inputs(self) -> int:
+        """Number of input slots (omitted optional ones included as None)."""
+        return len(self.input_types)
+
+    def has_input(self, i: int) -> bool:
+        """True when input ``i`` is connected."""
+        return i < len(self.input_types) and self.input_types[i] is not None
+
+    def type(self, i: int) -> TensorType:
+        """Type of input ``i`` (an unknown type when absent)."""
+        t = self.input_types[i] if i < len(self.input_types) else None
+        return t if t is not None else TensorType()
+
+    def shape(self, i: int) -> tuple | None:
+        """Shape of input ``i`` or None when unknown."""
+        return self.type(i).shape
+
+    def dtype(self, i: int) -> np.dtype | None:
+        """Element type of input ``i`` or None when unknown."""
+        return self.type(i).dtype
+
+    def const(self, i: int) -> np.ndarray | None:
+        """The value of input ``i`` when it is known before running (initializer or folded)."""
+        return self.consts[i] if i < len(self.consts) else None
+
+    def out_type(self, i: int = 0) -> TensorType:
+        """Type of output ``i`` (known once inference ran)."""
+        t = self.output_types[i] if i < len(self.output_types) else None
+        return t if t is not None else TensorType()
+
+
+class RunContext:
+    """What a reference kernel sees besides its inputs: attributes, opset and subgraph runner."""
+
+    __slots__ = ("attrs", "node", "opset", "run_subgraph")
+
+    def __init__(self, node: Node, attrs: dict[str, Any], opset: int,
+                 run_subgraph: Callable[[Graph, dict[str, np.ndarray]], list[np.ndarray]] | None = None) -> None:
+        self.node = node
+        self.attrs = attrs
+        self.opset = opset
+        self.run_subgraph = run_subgraph
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a node can run on the NPU of a target, and why not."""
+
+    supported: bool
+    reason: str = ""
+    rule: str = ""
+
+
+class OpSpec:
+    """Base class of every op definition; subclasses set the class attributes below."""
+
+    op_type: str = ""
+    domain: str = ""
+    since: int = 1
+    family: str = ""
+    doc: str = ""
+    inputs: tuple[Port, ...] = ()
+    outputs: tuple[Port, ...] = (Port("Y"),)
+    attrs: tuple[AttrSpec, ...] = ()
+    # NPU support rules: callables (ctx, target) -> bool; the docstring is the message shown
+    # when a rule is not satisfied. Filled in by the placement layer (nodes/rules.py).
+    rules: tuple[Callable[..., bool], ...] = ()
+    # Ops whose output is not a pure function of the inputs must not be constant-folded.
+    deterministic: bool = True
+
+    def __init__(self) -> None:
+        self._attr_index = {a.name: a for a in self.attrs}
+
+    # -- attributes --------------------------------------------------------------------------
+    def attr_spec(self, name: str) -> AttrSpec | None:
+        """The schema of attribute ``name`` or None."""
+        return self._attr_index.get(name)
+
+    def resolve_attrs(self, node: Node) -> dict[str, Any]:
+        """The node's attributes with schema defaults filled in."""
+        out = {a.name: a.default for a in self.attrs if a.default is not REQUIRED}
+        out.update(node.attrs)
+        missing = [a.name for a in self.attrs if a.required and a.name not in node.attrs]
+        if missing:
+            raise OpError(f"{self.op_type} node {node.name!r} lacks required attribute {missing[0]!r}")
+        return out
+
+    # -- behaviour ---------------------------------------------------------------------------
+    def infer(self, ctx: NodeContext) -> list[TensorType]:
+        """Output types from input types (override); default: unknown outputs."""
+        return [TensorType() for _ in ctx.node.outputs]
+
+    def reference(self, ctx: RunContext, *inputs: np.ndarray | None) -> Any:
+        """Compute the outputs with numpy (override). Returns an array or a sequence of arrays."""
+        raise NotImplementedError(f"{self.op_type} has no reference kernel")
+
+    def static_value(self, ctx: NodeContext) -> list[np.ndarray | None] | None:
+        """Outputs computable from input types alone (Shape, Size), else None."""
+        return None
+
+    def work(self, ctx: NodeContext) -> Work:
+        """Work of one execution: default is one element op per output element."""
+        w = Work()
+        for i in range(ctx.n_inputs):
+            if ctx.has_input(i):
+                nb = ctx.type(i).nbytes() or 0
+                w.bytes_read += nb
+                if ctx.const(i) is not None:
+                    w.weight_bytes += nb
+        for t in ctx.output_types:
+            if t is not None:
+                w.bytes_written += t.nbytes() or 0
+                w.elem_ops += t.numel() or 0
+        return w
+
+    def __repr__(self) -> str:
+        return f"<OpSpec {self.domain + '::' if self.domain else ''}{self.op_type}>"
+
+
+def ints(x: Any) -> list[int]:
+    """An attribute or tensor as a list of Python ints."""
+    return [int(v) for v in np.asarray(x).ravel()] if x is not None else []
+

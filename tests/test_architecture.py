@@ -1,0 +1,56 @@
+"""House rules from ARCHITECTURE.md, checked by walking the AST of every module."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("engine", "nodes", "app")
+FORBIDDEN_IN_CORE = ("PySide6", "pyqtgraph", "app", "shiboken6")
+
+
+def _modules(pkg: str) -> list[Path]:
+    return sorted((ROOT / pkg).rglob("*.py"))
+
+
+def _imports(tree: ast.AST) -> list[str]:
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.extend(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module)
+    return names
+
+
+@pytest.mark.parametrize("pkg", ["engine", "nodes"])
+def test_core_never_imports_qt_or_app(pkg):
+    bad = []
+    for path in _modules(pkg):
+        for name in _imports(ast.parse(path.read_text())):
+            if name.split(".")[0] in FORBIDDEN_IN_CORE:
+                bad.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert not bad, "\n".join(bad)
+
+
+def test_no_module_over_800_lines():
+    big = []
+    for pkg in (*PACKAGES, "tests", "assets"):
+        for path in _modules(pkg):
+            n = len(path.read_text().splitlines())
+            if n > 800:
+                big.append(f"{path.relative_to(ROOT)}: {n} lines")
+    assert not big, "\n".join(big)
+
+
+def test_no_print_in_product_code():
+    bad = []
+    for pkg in PACKAGES:
+        for path in _modules(pkg):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
+                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not bad, "print() in product code: " + ", ".join(bad)
