@@ -20,7 +20,8 @@ test: $(STAMP)
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q tests
 
 bench: $(STAMP)
-	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -s tests/bench
+	for f in tests/bench/bench_*.py; do m=$$(basename $$f .py); echo "== $$m"; \
+	  QT_QPA_PLATFORM=offscreen $(BIN)/python -m tests.bench.$$m || exit 1; done
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

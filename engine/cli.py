@@ -186,7 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _load_extra_commands() -> None:
     import importlib
 
-    for mod in ("engine.cli_commands",):
+    # Each later capability adds its subcommands from its own module (see extra_command).
+    for mod in ("engine.passes.cli", "engine.quant.cli", "engine.sim.cli", "engine.export.cli", "app.cli"):
         try:
             importlib.import_module(mod)
         except ModuleNotFoundError as exc:

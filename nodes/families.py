@@ -10,6 +10,8 @@ from nodes import (  # noqa: F401
     pooling,
     quant_ops,
     recurrent,
+    resize,
+    indexing,
     reduce,
     shape_ops,
 )

@@ -382,7 +382,7 @@ class Graph:
                 continue
             if out.name not in self.values:
                 self.add_value(out)
-            elif self.values[out.name] is not out:
+            elif self.values[out.name] is not out or (out._producer is not None and out._producer is not node):
                 raise GraphError(f"value {out.name!r} is already defined in graph {self.name!r}")
             out._producer = node
             out._producer_index = k

@@ -1,0 +1,1 @@
+"""Gather/scatter/indexing ops."""

@@ -1,0 +1,1 @@
+"""Resize, Upsample and spatial rearrangement ops."""
