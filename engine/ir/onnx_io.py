@@ -247,6 +247,9 @@ def _graph_to_proto(g: Graph) -> GraphProto:
     except ValueError:
         order = list(g.nodes)
     nodes = []
+    fused_names = ({x.name for x in g.nodes} | set(g.values)
+                   if any(x.meta.get("activation") for x in g.nodes) else set())
+    fused_inits: list[TensorProto] = []
     for n in order:
         np_ = helper.make_node(
             n.op_type,
@@ -260,6 +263,8 @@ def _graph_to_proto(g: Graph) -> GraphProto:
         for key in sorted(n.attrs):
             np_.attribute.append(_attr_to_proto(key, n.attrs[key], n.attr_types.get(key)))
         nodes.append(np_)
+        if n.meta.get("activation"):  # a fused activation is written back as its standard ops
+            nodes.extend(_activation_protos(g, n, np_, fused_names, fused_inits))
     overridable = [n for n in getattr(g, "overridable", []) if n in g.initializers]
     inputs = [_type_to_proto(v.name, v.type) for v in g.inputs]
     inputs += [_type_to_proto(n, g.initializers[n].type) for n in overridable]
@@ -271,10 +276,54 @@ def _graph_to_proto(g: Graph) -> GraphProto:
             if v is not None and v.name not in io_names and v.type.dtype is not None:
                 value_info.append(_type_to_proto(v.name, v.type))
     inits = [array_to_tensor(v.const, name) for name, v in g.initializers.items()]  # type: ignore[arg-type]
+    inits += fused_inits
     gp = helper.make_graph(nodes, g.name, inputs, outputs, initializer=inits, value_info=value_info,
                            doc_string=g.doc_string or None)
     gp.sparse_initializer.extend(g.sparse_initializers)
     return gp
+
+
+def _activation_protos(g: Graph, n: Node, np_: onnx.NodeProto, taken: set[str],
+                       inits: list[TensorProto]) -> list[onnx.NodeProto]:
+    """The standard ONNX nodes of ``n``'s fused activation; ``np_`` (the op itself) is renamed to
+    write a fresh ``<output>_preact`` value, the last activation node writes the original output
+    and the activation nodes take their original names (``meta["activation"]["names"]``)."""
+    from engine.ir.fused import PREV, X, activation_steps
+
+    def fresh(base: str) -> str:
+        name, k = base, 0
+        while name in taken or g.lookup(name) is not None:
+            k += 1
+            name = f"{base}_{k}"
+        taken.add(name)
+        return name
+
+    record = n.meta["activation"]
+    out = np_.output[0]
+    pre = fresh(f"{out}_preact")
+    np_.output[0] = pre
+    dtype = n.outputs[0].type.dtype if n.outputs and n.outputs[0] is not None else None
+    steps = activation_steps(record, g.opset(""), dtype)
+    names = list(record.get("names") or [])
+    protos, prev = [], pre
+    for k, step in enumerate(steps):
+        node_name = fresh(names[k] if k < len(names) else f"{n.name}_{step.op_type.lower()}")
+        inputs = []
+        for j, a in enumerate(step.inputs):
+            if a is X:
+                inputs.append(pre)
+            elif a is PREV:
+                inputs.append(prev)
+            elif a is None:
+                inputs.append("")
+            else:
+                init_name = fresh(f"{node_name}_in{j}")
+                inits.append(array_to_tensor(a, init_name))
+                inputs.append(init_name)
+        result = out if k == len(steps) - 1 else fresh(f"{node_name}_out")
+        protos.append(helper.make_node(step.op_type, inputs, [result], name=node_name, **step.attrs))
+        prev = result
+    return protos
 
 
 def to_onnx(g: Graph) -> ModelProto:
@@ -282,7 +331,9 @@ def to_onnx(g: Graph) -> ModelProto:
     gp = _graph_to_proto(g)
     opsets = [helper.make_opsetid(d, v) for d, v in sorted(g.opset_imports.items())]
     model = helper.make_model(gp, opset_imports=opsets, producer_name=g.producer_name or "npu-studio")
-    model.ir_version = g.ir_version or model.ir_version
+    # IR < 4 requires every initializer to be a graph input; rewritten graphs add initializers, and
+    # IR 4 reads everything IR 3 did, so older files are written as IR 4.
+    model.ir_version = max(g.ir_version, 4) if g.ir_version else model.ir_version
     if g.producer_version:
         model.producer_version = g.producer_version
     model.model_version = g.model_version

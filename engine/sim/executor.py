@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import ExecutionError
+from engine.ir.fused import run_activation
 from engine.ir.graph import Graph, Node
 from nodes import registry
 from nodes.spec import OpError, OpSpec, RunContext
@@ -29,6 +30,7 @@ class _Step:
     inputs: tuple[str | None, ...]
     outputs: tuple[str | None, ...]
     free: tuple[str, ...]
+    activation: dict[str, Any] | None = None  # a fused activation (engine.ir.fused), run after the kernel
 
 
 class _Plan:
@@ -61,7 +63,7 @@ class _Plan:
             steps.append(_Step(node, spec, ctx,
                                tuple(v.name if v is not None else None for v in node.inputs),
                                tuple(v.name if v is not None else None for v in node.outputs),
-                               tuple(frees[k])))
+                               tuple(frees[k]), node.meta.get("activation")))
         self.steps = steps
         self.consts = {name: v.const for name, v in graph.initializers.items()}
 
@@ -72,6 +74,10 @@ def _all_reads(node: Node) -> list[str]:
         for inner in sg.all_nodes():
             names.extend(v.name for v in inner.inputs if v is not None)
     return names
+
+
+def _first(res: Any) -> np.ndarray:
+    return res if isinstance(res, np.ndarray) else np.asarray(list(res)[0])
 
 
 class Executor:
@@ -122,12 +128,14 @@ class Executor:
                                          f"{exc.args[0]!r}, which has no value") from None
                 try:
                     res = step.spec.reference(step.ctx, *args)
+                    if step.activation is not None:
+                        res = [run_activation(step.node, _first(res), step.ctx.opset)]
                 except (OpError, ExecutionError):
                     raise
                 except (ValueError, IndexError, TypeError, ZeroDivisionError, OverflowError,
                         MemoryError, AssertionError) as exc:
                     raise ExecutionError(f"node {step.node.name!r} ({step.node.op_type}) failed: {exc}") from exc
-                outs = [res] if isinstance(res, np.ndarray) else list(res)
+                outs = [np.asarray(res)] if isinstance(res, (np.ndarray, np.generic)) else list(res)
                 for name, arr in zip(step.outputs, outs):
                     if name is not None:
                         local[name] = arr if isinstance(arr, np.ndarray) or arr is None else np.asarray(arr)

@@ -1,0 +1,183 @@
+"""Layer-by-layer error of the quantized model against FP32 (cosine, max abs error, SQNR).
+
+Two views, as RKNN's accuracy analysis distinguishes them:
+- accumulated: the QDQ model run end to end; a layer's error includes everything upstream;
+- isolated: only that layer quantized (its inputs taken from the FP32 run, quantized with the
+  layer's own parameters, weights and bias quantized), so the layer's own sensitivity shows.
+SQNR = 10 log10(sum(ref^2) / sum((ref - q)^2)) in dB; cosine = <ref, q> / (|ref| |q|).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engine.ir.fused import run_activation
+from engine.ir.graph import Graph
+from engine.quant.data import CalibrationSet
+from engine.quant.params import (
+    FLOAT_PRECISIONS,
+    dequantize,
+    fake_quantize,
+    quantize,
+    round_to_precision,
+)
+from engine.quant.qdq import BIAS_INPUT, WEIGHT_INPUT, QuantizedModel
+
+
+@dataclass
+class ErrorStats:
+    """Streaming error statistics of a quantized tensor against its FP32 reference."""
+
+    ref2: float = 0.0
+    err2: float = 0.0
+    q2: float = 0.0
+    dot: float = 0.0
+    max_abs: float = 0.0
+
+    def update(self, ref: np.ndarray, q: np.ndarray) -> None:
+        """Add one sample."""
+        r = np.asarray(ref, np.float64).ravel()
+        x = np.asarray(q, np.float64).ravel()
+        d = r - x
+        self.ref2 += float(r @ r)
+        self.err2 += float(d @ d)
+        self.q2 += float(x @ x)
+        self.dot += float(r @ x)
+        if d.size:
+            self.max_abs = max(self.max_abs, float(np.abs(d).max()))
+
+    @property
+    def cosine(self) -> float:
+        """Cosine similarity (1.0 when both are zero)."""
+        den = np.sqrt(self.ref2 * self.q2)
+        if den == 0:
+            return 1.0 if self.ref2 == self.q2 else 0.0
+        return float(self.dot / den)
+
+    @property
+    def sqnr_db(self) -> float:
+        """Signal-to-quantization-noise ratio in dB (capped at 200 for exact results)."""
+        if self.err2 == 0:
+            return 200.0
+        if self.ref2 == 0:
+            return 0.0
+        return float(min(10.0 * np.log10(self.ref2 / self.err2), 200.0))
+
+    def to_json(self) -> dict:
+        """Rounded figures for reports."""
+        return {"cosine": round(self.cosine, 6), "max_abs_err": float(f"{self.max_abs:.6g}"),
+                "sqnr_db": round(self.sqnr_db, 3)}
+
+
+@dataclass
+class LayerError:
+    """Accumulated and isolated error of one quantized node."""
+
+    node: str
+    op_type: str
+    dtype: str
+    accumulated: ErrorStats = field(default_factory=ErrorStats)
+    isolated: ErrorStats = field(default_factory=ErrorStats)
+
+    def to_json(self) -> dict:
+        """The report row (CONTRACTS keys are the accumulated figures)."""
+        row = {"node": self.node, "op_type": self.op_type, "dtype": self.dtype, **self.accumulated.to_json()}
+        row["isolated"] = self.isolated.to_json()
+        return row
+
+
+@dataclass
+class QuantAnalysis:
+    """Per-layer errors (topological order) and per-output errors."""
+
+    layers: list[LayerError]
+    outputs: dict[str, ErrorStats]
+    samples: int
+
+    def sensitivity(self) -> list[LayerError]:
+        """Layers from most to least sensitive by isolated SQNR."""
+        return sorted(self.layers, key=lambda e: e.isolated.sqnr_db)
+
+    def layer(self, node: str) -> LayerError | None:
+        """The row of one node."""
+        return next((e for e in self.layers if e.node == node), None)
+
+
+def _visible_output(qm: QuantizedModel, name: str) -> str:
+    """The tensor consumers of ``name`` read in the QDQ graph (its dequantized copy if any)."""
+    dq = f"{name}_dequantized"
+    return dq if dq in qm.graph.values else name
+
+
+def _isolated_output(qm: QuantizedModel, fp_graph: Graph, node_name: str, env: dict[str, np.ndarray]) -> np.ndarray:
+    """Run one node of the FP32 graph with only its own quantization applied."""
+    from nodes import registry
+    from nodes.spec import RunContext
+
+    node = fp_graph.node_by_name(node_name)
+    assert node is not None
+    spec = registry.get(node.op_type, node.domain)
+    assert spec is not None
+    precision = qm.node_precision.get(node_name, "fp32")
+    params = qm.node_params.get(node_name, {})
+    args = []
+    for i, v in enumerate(node.inputs):
+        if v is None:
+            args.append(None)
+            continue
+        x = v.const if v.const is not None else env[v.name]
+        if precision in FLOAT_PRECISIONS:
+            if v.const is None or i == WEIGHT_INPUT.get(node.op_type):
+                x = round_to_precision(x, precision)
+        elif v.name in params:
+            x = fake_quantize(x, params[v.name])
+        elif i == WEIGHT_INPUT.get(node.op_type) and v.name in qm.weights:
+            x = fake_quantize(x, qm.weights[v.name])
+        elif i == BIAS_INPUT.get(node.op_type) and v.name in qm.biases:
+            bqp = qm.biases[v.name]
+            x = dequantize(quantize(x, bqp), bqp)
+        args.append(x)
+    res = spec.reference(RunContext(node, spec.resolve_attrs(node), fp_graph.opset(spec.domain)), *args)
+    out = res if isinstance(res, np.ndarray) else np.asarray(next(iter(res)))
+    if node.meta.get("activation"):
+        out = run_activation(node, out, fp_graph.opset(""))
+    name = node.outputs[0].name  # type: ignore[union-attr]
+    if name in qm.activations and precision not in FLOAT_PRECISIONS:
+        out = fake_quantize(out, qm.activations[name])
+    return out
+
+
+def analyze(fp_graph: Graph, qm: QuantizedModel, data: CalibrationSet | Iterable[dict[str, np.ndarray]],
+            max_samples: int = 16, progress: Callable[[int, int], None] | None = None,
+            outputs_only: bool = False) -> QuantAnalysis:
+    """Compare the QDQ model with FP32 layer by layer on up to ``max_samples`` samples.
+
+    With ``outputs_only`` only the model outputs are compared (fast; for precision searches).
+    """
+    from engine import executor_for
+    from engine.sim.feeds import check_feeds
+
+    layers = [LayerError(n, fp_graph.node_by_name(n).op_type, p)  # type: ignore[union-attr]
+              for n, p in qm.node_precision.items()]
+    outputs = {v.name: ErrorStats() for v in fp_graph.outputs}
+    fp_ex = executor_for(fp_graph)
+    q_ex = executor_for(qm.graph)
+    samples = list(data)[:max_samples] if not isinstance(data, CalibrationSet) else \
+        [data.sample(i) for i in range(min(len(data), max_samples))]
+    for k, feeds in enumerate(samples):
+        feeds = check_feeds(fp_graph, feeds)
+        ref = fp_ex.run(feeds, keep_all=not outputs_only)
+        got = q_ex.run(check_feeds(qm.graph, feeds), keep_all=not outputs_only)
+        for le in [] if outputs_only else layers:
+            node = fp_graph.node_by_name(le.node)
+            name = node.outputs[0].name  # type: ignore[union-attr]
+            le.accumulated.update(ref[name], got[_visible_output(qm, name)])
+            le.isolated.update(ref[name], _isolated_output(qm, fp_graph, le.node, ref))
+        for name, st in outputs.items():
+            st.update(ref[name], got[name])
+        if progress is not None:
+            progress(k + 1, len(samples))
+    return QuantAnalysis(layers, outputs, len(samples))

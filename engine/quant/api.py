@@ -1,0 +1,71 @@
+"""The quantization facade: calibrate -> QDQ model -> layer-by-layer analysis -> report."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from engine.diagnostics import Diagnostic
+from engine.ir.graph import Graph
+from engine.quant.analysis import QuantAnalysis, analyze
+from engine.quant.calibrate import Calibration, calibrate
+from engine.quant.config import QuantConfig
+from engine.quant.data import CalibrationSet
+from engine.quant.qdq import QuantizedModel, build_qdq
+
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass
+class QuantResult:
+    """Everything one quantization produced."""
+
+    config: QuantConfig
+    calibration: Calibration
+    model: QuantizedModel
+    analysis: QuantAnalysis | None
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    @property
+    def graph(self) -> Graph:
+        """The QDQ graph."""
+        return self.model.graph
+
+    def report(self) -> dict:
+        """The ``quantize --report`` document (CONTRACTS.md), worst layers listed last in order."""
+        doc = {
+            "method": self.config.method,
+            "per_channel": self.config.per_channel,
+            "symmetric": self.config.symmetric,
+            "dtype": self.config.dtype,
+            "samples": self.calibration.samples,
+            "analysis_samples": self.analysis.samples if self.analysis else 0,
+            "layers": [le.to_json() for le in self.analysis.layers] if self.analysis else [],
+            "outputs": {k: {"cosine": round(v.cosine, 6), "sqnr_db": round(v.sqnr_db, 3),
+                            "max_abs_err": float(f"{v.max_abs:.6g}")}
+                        for k, v in self.analysis.outputs.items()} if self.analysis else {},
+            "sensitivity": [le.node for le in self.analysis.sensitivity()] if self.analysis else [],
+            "precision": dict(sorted(self.model.node_precision.items())),
+            "diagnostics": [d.to_json() for d in self.diagnostics + self.model.diagnostics],
+        }
+        return doc
+
+
+def quantize(graph: Graph, data: CalibrationSet, config: QuantConfig | None = None,
+             analysis_samples: int = 16, calibration: Calibration | None = None,
+             progress: Progress | None = None, cancel: Callable[[], bool] | None = None) -> QuantResult:
+    """Calibrate on ``data``, build the QDQ model and measure its error per layer.
+
+    Pass a previous ``calibration`` to re-quantize with other settings without re-running the
+    samples (histogram statistics serve every method).
+    """
+    config = config or QuantConfig()
+
+    def stage(name: str) -> Callable[[int, int], None] | None:
+        return (lambda done, total: progress(name, done, total)) if progress else None
+
+    if calibration is None:
+        calibration = calibrate(graph, data, config, progress=stage("calibrate"), cancel=cancel)
+    qm = build_qdq(graph, calibration, config)
+    result_analysis = analyze(graph, qm, data, analysis_samples, progress=stage("analyze")) if analysis_samples else None
+    return QuantResult(config, calibration, qm, result_analysis)

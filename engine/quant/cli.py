@@ -1,0 +1,177 @@
+"""``npu-studio quantize`` and the calibration options every command shares."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from engine.cli import EXIT_OK, Out, UsageError, add_model_args, extra_command, load_model_arg
+from engine.errors import InputError
+from engine.ir.graph import Graph
+from engine.quant.data import CalibLimits, CalibrationSet, ImagePreprocess, load_calibration
+
+
+def _floats(text: str, what: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise UsageError(f"{what} {text!r}: expected comma-separated numbers") from None
+
+
+def add_calib_args(p: argparse.ArgumentParser, required: bool = False) -> None:
+    """--calib and the image preprocessing options (CONTRACTS.md)."""
+    p.add_argument("--calib", required=required, metavar="C",
+                   help="calibration data: an .npz (N, *input_shape) per input name, or a folder of images/.npy")
+    p.add_argument("--resize", metavar="H,W", help="resize images to H,W (default: the model input size)")
+    p.add_argument("--mean", metavar="M[,M,M]", help="per-channel mean subtracted after scaling (default 0)")
+    p.add_argument("--std", metavar="S[,S,S]", help="per-channel std divided after the mean (default 1)")
+    p.add_argument("--scale", type=float, default=1 / 255, help="pixel scale applied first (default 1/255)")
+    p.add_argument("--layout", choices=("NCHW", "NHWC"), default="NCHW", help="model input layout")
+    p.add_argument("--channels", choices=("RGB", "BGR", "GRAY"), default="RGB", help="channel order")
+    p.add_argument("--max-samples", type=int, default=None, help="use at most this many calibration samples")
+
+
+def preprocess_from_args(args: argparse.Namespace) -> ImagePreprocess:
+    """The ImagePreprocess of the parsed options."""
+    resize = None
+    if getattr(args, "resize", None):
+        dims = _floats(args.resize, "--resize")
+        if len(dims) != 2 or any(d <= 0 or d != int(d) for d in dims):
+            raise UsageError(f"--resize {args.resize!r}: expected H,W (positive integers)")
+        resize = (int(dims[0]), int(dims[1]))
+    return ImagePreprocess(
+        resize=resize,
+        mean=_floats(args.mean, "--mean") if getattr(args, "mean", None) else (0.0,),
+        std=_floats(args.std, "--std") if getattr(args, "std", None) else (1.0,),
+        scale=getattr(args, "scale", 1 / 255),
+        layout=getattr(args, "layout", "NCHW"),
+        channels=getattr(args, "channels", "RGB"),
+    )
+
+
+def calib_from_args(args: argparse.Namespace, graph: Graph) -> CalibrationSet | None:
+    """The calibration set named by --calib (None when not given)."""
+    if not getattr(args, "calib", None):
+        return None
+    data = load_calibration(args.calib, graph, preprocess_from_args(args), CalibLimits())
+    if getattr(args, "max_samples", None):
+        if args.max_samples <= 0:
+            raise UsageError("--max-samples must be positive")
+        data = data.take(args.max_samples)
+    return data
+
+
+class TerminalProgress:
+    """A one-line progress display on stderr when it is a terminal (silent otherwise)."""
+
+    def __init__(self, out: Out, quiet: bool = False) -> None:
+        self.out = out
+        self.enabled = not quiet and hasattr(out.stderr, "isatty") and out.stderr.isatty()
+        self._last = ""
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        """Show ``stage done/total``."""
+        if not self.enabled:
+            return
+        width = 30
+        fill = int(width * done / max(total, 1))
+        self.out.stderr.write(f"\r{stage:10s} [{'#' * fill}{'.' * (width - fill)}] {done}/{total}")
+        if done >= total:
+            self.out.stderr.write("\n")
+        self.out.stderr.flush()
+
+
+def write_model_atomic(graph: Graph, dest: Path) -> None:
+    """Check and write a graph as ONNX via a temporary file and rename (never a partial file)."""
+    import os
+    import tempfile
+
+    import onnx
+
+    from engine.ir.onnx_io import to_onnx
+
+    model = to_onnx(graph)
+    onnx.checker.check_model(model, full_check=True)
+    dest = Path(dest)
+    if not dest.parent.exists():
+        raise InputError(f"{dest}: folder {dest.parent} does not exist")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise InputError(f"{dest}: cannot write: {exc.strerror}") from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(model.SerializeToString())
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, dest)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise InputError(f"{dest}: cannot write: {exc.strerror}") from None
+
+
+def optimize_for_quantization(graph: Graph) -> Graph:
+    """The optimizer's default pipeline (BN folding, fusion) before quantizing, when available."""
+    try:
+        from engine.passes.pipeline import optimize
+    except ImportError:
+        return graph
+    return optimize(graph).graph
+
+
+def cmd_quantize(args: argparse.Namespace, out: Out) -> int:
+    """Calibrate, quantize to QDQ, write the model and the report."""
+    from engine.quant.api import quantize
+    from engine.quant.config import QuantConfig
+
+    graph = load_model_arg(args)
+    config = QuantConfig(method=args.method, per_channel=args.per_channel, symmetric=args.symmetric,
+                         dtype=args.dtype, percentile=args.percentile)
+    data = calib_from_args(args, graph)
+    assert data is not None  # --calib is required
+    if not args.no_optimize:
+        graph = optimize_for_quantization(graph)
+    progress = TerminalProgress(out, args.quiet)
+    try:
+        result = quantize(graph, data, config, analysis_samples=args.analysis_samples, progress=progress)
+    except ValueError as exc:
+        if "nothing to quantize" in str(exc):
+            raise InputError(f"{args.model}: {exc}") from None
+        raise
+    write_model_atomic(result.graph, Path(args.output))
+    report = result.report()
+    if args.report:
+        try:
+            Path(args.report).write_text(json.dumps(report, indent=2) + "\n")
+        except OSError as exc:
+            raise InputError(f"{args.report}: cannot write: {exc.strerror}") from None
+    for name, o in report["outputs"].items():
+        out.line(f"output {name}: cosine {o['cosine']:.5f}  SQNR {o['sqnr_db']:.2f} dB")
+    worst = sorted(report["layers"], key=lambda r: r["sqnr_db"])[:5]
+    if worst:
+        out.line("worst layers: " + ", ".join(f"{r['node']} ({r['sqnr_db']:.1f} dB)" for r in worst))
+    out.line(f"wrote {args.output} ({len(result.model.node_precision)} layers quantized, {report['samples']} samples)")
+    return EXIT_OK
+
+
+@extra_command
+def _add_quantize(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("quantize", help="calibrate on real data and write a QDQ model")
+    add_model_args(p)
+    add_calib_args(p, required=True)
+    p.add_argument("-o", "--output", required=True, metavar="OUT.onnx")
+    p.add_argument("--method", choices=("minmax", "percentile", "entropy", "mse"), default="minmax")
+    p.add_argument("--per-channel", action="store_true", help="per-output-channel weight scales")
+    p.add_argument("--symmetric", action="store_true", help="symmetric activations (zero point 0)")
+    p.add_argument("--dtype", choices=("int8", "uint8", "int16"), default="int8", help="activation type")
+    p.add_argument("--percentile", type=float, default=99.99, help="for --method percentile")
+    p.add_argument("--report", metavar="R.json", help="write the per-layer error report")
+    p.add_argument("--analysis-samples", type=int, default=16, help="samples used for the error analysis")
+    p.add_argument("--no-optimize", action="store_true", help="quantize the graph as loaded (no BN folding/fusion)")
+    p.add_argument("--quiet", action="store_true", help="no progress display")
+    p.set_defaults(func=cmd_quantize)
+
+
+__all__ = ["add_calib_args", "calib_from_args", "preprocess_from_args", "write_model_atomic"]
+

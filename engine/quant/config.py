@@ -1,0 +1,82 @@
+"""QuantConfig: how a model is quantized, passed explicitly (no global knobs)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from engine.errors import InputError
+from engine.quant.observers import METHODS
+from engine.quant.params import PRECISIONS
+
+# Ops whose inputs (and outputs) get quantized: the ones an integer NPU executes natively.
+COMPUTE_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
+ELEMENTWISE_OPS = frozenset({
+    "Add", "Mul", "Sub", "Relu", "Clip", "LeakyRelu", "HardSwish", "HardSigmoid", "Sigmoid",
+    "MaxPool", "AveragePool", "GlobalAveragePool", "Concat", "Resize", "Softmax", "Gelu",
+    "LayerNormalization", "Tanh",
+})
+QUANTIZABLE_OPS = COMPUTE_OPS | ELEMENTWISE_OPS
+
+
+@dataclass(frozen=True)
+class QuantConfig:
+    """Calibration method, scheme and per-layer precision.
+
+    ``dtype`` is the activation type; weights use the signed type of the same width and are
+    symmetric (per output channel with ``per_channel``). ``precision`` overrides the precision
+    of single nodes by name: int8, uint8, int16, fp16, bf16 or fp32 (mixed precision).
+    ``method_overrides`` picks another calibration method for single tensors by name.
+    ``reduce_range`` stores 8-bit weights in 7 bits ([-64, 63]): x86 CPUs without VNNI add pairs of
+    u8*s8 products in saturating int16 (VPMADDUBSW), so onnxruntime's integer kernels clip where an
+    NPU's int32 accumulators would not; 7-bit weights keep those sums in range.
+    """
+
+    method: str = "minmax"
+    per_channel: bool = False
+    symmetric: bool = False
+    dtype: str = "int8"
+    percentile: float = 99.99
+    bins: int = 2048
+    reduce_range: bool = False
+    precision: dict[str, str] = field(default_factory=dict)
+    method_overrides: dict[str, str] = field(default_factory=dict)
+    ops: frozenset[str] = QUANTIZABLE_OPS
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise InputError(f"--method must be one of {', '.join(METHODS)}, got {self.method!r}")
+        if self.dtype not in ("int8", "uint8", "int16"):
+            raise InputError(f"--dtype must be int8, uint8 or int16, got {self.dtype!r}")
+        for node, p in self.precision.items():
+            if p not in PRECISIONS:
+                raise InputError(f"precision of {node!r} must be one of {', '.join(PRECISIONS)}, got {p!r}")
+        for t, m in self.method_overrides.items():
+            if m not in METHODS:
+                raise InputError(f"method of tensor {t!r} must be one of {', '.join(METHODS)}, got {m!r}")
+        if not 0 < self.percentile <= 100:
+            raise InputError(f"--percentile must be in (0, 100], got {self.percentile}")
+
+    @property
+    def weight_dtype(self) -> str:
+        """Signed type of the activation width."""
+        return "int16" if self.dtype == "int16" else "int8"
+
+    def node_precision(self, node_name: str) -> str:
+        """The precision of a node: its override or the default activation type."""
+        return self.precision.get(node_name, self.dtype)
+
+    def with_precision(self, node_name: str, precision: str) -> QuantConfig:
+        """A copy with one node's precision changed."""
+        return replace(self, precision={**self.precision, node_name: precision})
+
+    def with_method(self, tensor: str, method: str) -> QuantConfig:
+        """A copy with one tensor's calibration method changed."""
+        return replace(self, method_overrides={**self.method_overrides, tensor: method})
+
+    def to_json(self) -> dict:
+        """JSON-ready summary."""
+        return {"method": self.method, "per_channel": self.per_channel, "symmetric": self.symmetric,
+                "dtype": self.dtype, "weight_dtype": self.weight_dtype, "percentile": self.percentile,
+                "reduce_range": self.reduce_range,
+                "precision": dict(sorted(self.precision.items())),
+                "method_overrides": dict(sorted(self.method_overrides.items()))}

@@ -1,0 +1,98 @@
+"""Mixed precision: which layers to raise to int16/FP16 to reach a target output quality.
+
+The search is greedy over the isolated-sensitivity ranking (least isolated SQNR first): raise the
+next most sensitive layer, re-measure the outputs, stop as soon as the target holds. Calibration
+statistics are reused, so each step costs one QDQ build and a few forward passes. A latency hook
+(from the simulator) prices each raise; without it the cost is reported as None.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from engine.ir.graph import Graph
+from engine.quant.analysis import ErrorStats, analyze
+from engine.quant.calibrate import Calibration
+from engine.quant.config import QuantConfig
+from engine.quant.data import CalibrationSet
+from engine.quant.qdq import build_qdq
+
+LatencyCost = Callable[[str, str], float]
+"""(node name, precision) -> extra latency in microseconds of running that node at that precision."""
+
+
+@dataclass
+class Candidate:
+    """Raising one layer: the output SQNR gain and the latency it costs."""
+
+    node: str
+    precision: str
+    gain_db: float
+    latency_cost_us: float | None
+
+    def to_json(self) -> dict:
+        """JSON-ready."""
+        return {"node": self.node, "precision": self.precision, "gain_db": round(self.gain_db, 3),
+                "latency_cost_us": None if self.latency_cost_us is None else round(self.latency_cost_us, 3)}
+
+
+@dataclass
+class MixedPrecisionResult:
+    """The chosen configuration and the raises that led to it, in order."""
+
+    config: QuantConfig
+    steps: list[dict] = field(default_factory=list)
+    reached: bool = False
+    output_sqnr_db: float = 0.0
+    output_cosine: float = 0.0
+
+
+def _worst(outputs: dict[str, ErrorStats]) -> tuple[float, float]:
+    return min(s.sqnr_db for s in outputs.values()), min(s.cosine for s in outputs.values())
+
+
+def output_quality(graph: Graph, data: CalibrationSet, config: QuantConfig, calibration: Calibration,
+                   samples: int = 8) -> tuple[float, float]:
+    """(worst output SQNR dB, worst output cosine) of the model quantized with ``config``."""
+    qm = build_qdq(graph, calibration, config)
+    return _worst(analyze(graph, qm, data, samples, outputs_only=True).outputs)
+
+
+def candidate_gains(graph: Graph, data: CalibrationSet, config: QuantConfig, calibration: Calibration,
+                    nodes: list[str], precision: str = "int16", samples: int = 8,
+                    latency_cost: LatencyCost | None = None) -> list[Candidate]:
+    """For each node, the output SQNR gained by raising it alone to ``precision``."""
+    base, _ = output_quality(graph, data, config, calibration, samples)
+    out = []
+    for n in nodes:
+        sq, _ = output_quality(graph, data, config.with_precision(n, precision), calibration, samples)
+        out.append(Candidate(n, precision, sq - base, latency_cost(n, precision) if latency_cost else None))
+    return out
+
+
+def auto_mixed_precision(graph: Graph, data: CalibrationSet, config: QuantConfig, calibration: Calibration,
+                         ranking: list[str], target_sqnr_db: float | None = None,
+                         target_cosine: float | None = None, precision: str = "int16", samples: int = 8,
+                         latency_cost: LatencyCost | None = None, max_raises: int | None = None) -> MixedPrecisionResult:
+    """Raise layers in ``ranking`` order until the outputs reach the target SQNR and/or cosine."""
+    if target_sqnr_db is None and target_cosine is None:
+        raise ValueError("give a target output SQNR (dB) or cosine")
+
+    def ok(sq: float, cos: float) -> bool:
+        return (target_sqnr_db is None or sq >= target_sqnr_db) and (target_cosine is None or cos >= target_cosine)
+
+    sq, cos = output_quality(graph, data, config, calibration, samples)
+    result = MixedPrecisionResult(config, [], ok(sq, cos), sq, cos)
+    limit = len(ranking) if max_raises is None else min(max_raises, len(ranking))
+    for node in ranking[:limit]:
+        if result.reached:
+            break
+        config = config.with_precision(node, precision)
+        sq, cos = output_quality(graph, data, config, calibration, samples)
+        result.steps.append({"node": node, "precision": precision, "output_sqnr_db": round(sq, 3),
+                             "output_cosine": round(cos, 6),
+                             "latency_cost_us": latency_cost(node, precision) if latency_cost else None})
+        result.config, result.output_sqnr_db, result.output_cosine = config, sq, cos
+        result.reached = ok(sq, cos)
+    return result

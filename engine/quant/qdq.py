@@ -1,0 +1,265 @@
+"""Building the quantized model in QDQ form: QuantizeLinear/DequantizeLinear around quantizable ops.
+
+Activation tensor t with parameters (s, z) becomes  t -> QuantizeLinear(s, z) -> DequantizeLinear(s, z)
+for the consumers that run at that precision. Weights are stored quantized (int8/int16, symmetric,
+per output channel with ``per_channel``) behind a DequantizeLinear; biases of Conv/Gemm are stored
+as int32 with scale = input_scale * weight_scale, zero point 0. FP16/BF16 layers get Cast pairs
+(float -> fp16 -> float) on their inputs, which rounds exactly as the lower precision would.
+Running this graph in our executor is the simulation; running it in onnxruntime is the check.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from onnx import TensorProto
+
+from engine.diagnostics import INFO, WARNING, Diagnostic
+from engine.ir.clone import clone_graph
+from engine.ir.graph import Graph, Node, Value
+from engine.ir.types import TensorType
+from engine.quant.calibrate import (
+    Calibration,
+    fused_into_producer,
+    is_float_activation,
+    quantizable_nodes,
+)
+from engine.quant.config import QuantConfig
+from engine.quant.observers import HistogramObserver
+from engine.quant.params import (
+    FLOAT_PRECISIONS,
+    QuantParams,
+    bias_params,
+    params_from_range,
+    quantize,
+    type_limits,
+    weight_params,
+)
+
+WEIGHT_INPUT = {"Conv": 1, "ConvTranspose": 1, "Gemm": 1, "MatMul": 1}
+BIAS_INPUT = {"Conv": 2, "ConvTranspose": 2, "Gemm": 2}
+CAST_TO = {"fp16": TensorProto.FLOAT16, "bf16": TensorProto.BFLOAT16}
+
+
+@dataclass
+class QuantizedModel:
+    """The QDQ graph and every parameter chosen, by tensor name."""
+
+    graph: Graph
+    activations: dict[str, QuantParams] = field(default_factory=dict)
+    weights: dict[str, QuantParams] = field(default_factory=dict)
+    biases: dict[str, QuantParams] = field(default_factory=dict)
+    node_precision: dict[str, str] = field(default_factory=dict)
+    node_params: dict[str, dict[str, QuantParams]] = field(default_factory=dict)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    def params_json(self) -> dict:
+        """Quantization parameters for plan.json."""
+        return {
+            "activations": {k: v.to_json() for k, v in sorted(self.activations.items())},
+            "weights": {k: v.to_json() for k, v in sorted(self.weights.items())},
+            "biases": {k: v.to_json() for k, v in sorted(self.biases.items())},
+            "precision": dict(sorted(self.node_precision.items())),
+        }
+
+
+def weight_axis(node: Node) -> int:
+    """The output-channel axis of a node's weight tensor."""
+    if node.op_type == "ConvTranspose":
+        return 1
+    if node.op_type == "Gemm":
+        return 0 if node.attrs.get("transB", 0) else 1
+    if node.op_type == "MatMul":
+        w = node.inputs[1]
+        return (w.const.ndim - 1) if w is not None and w.const is not None else 1
+    return 0
+
+
+def activation_params(calib: Calibration, tensor: str, dtype: str, config: QuantConfig) -> QuantParams:
+    """Parameters of an activation tensor from its calibration statistics."""
+    obs = calib.stats.get(tensor)
+    if obs is None:
+        raise KeyError(f"tensor {tensor!r} was not calibrated")
+    _, qmin, qmax = type_limits(dtype)
+    nlevels = qmax - qmin + 1
+    method = config.method_overrides.get(tensor, config.method)
+    if isinstance(obs, HistogramObserver):
+        lo, hi = obs.range_for(method, min(nlevels, 256) if dtype != "int16" else nlevels, config.percentile)
+    else:
+        lo, hi = obs.range(nlevels)
+    symmetric = config.symmetric or dtype == "int16"
+    return params_from_range(lo, hi, dtype, symmetric)
+
+
+def ensure_opset(graph: Graph, version: int) -> tuple[Graph, list[Diagnostic]]:
+    """The graph at default-domain opset >= ``version`` (onnx's version converter when raising)."""
+    if graph.opset("") >= version:
+        return graph, []
+    import onnx.version_converter
+
+    from engine.ir.infer import infer_shapes
+    from engine.ir.onnx_io import from_onnx, to_onnx
+
+    old = graph.opset("")
+    try:
+        model = onnx.version_converter.convert_version(to_onnx(graph), version)
+    except Exception as exc:  # the converter raises many types for adapters it lacks
+        return graph, [Diagnostic(WARNING, None, "opset-raise-failed",
+                                  f"could not raise opset {old} to {version}: {str(exc).splitlines()[0][:160]}")]
+    g = from_onnx(model)
+    infer_shapes(g)
+    for src, dst in zip(graph.nodes, g.nodes):
+        if src.name == dst.name:
+            dst.meta = dict(src.meta)
+    return g, [Diagnostic(INFO, None, "opset-raised", f"opset raised from {old} to {version} for QDQ")]
+
+
+class _Builder:
+    def __init__(self, graph: Graph, calib: Calibration, config: QuantConfig, result: QuantizedModel) -> None:
+        self.g = graph
+        self.calib = calib
+        self.config = config
+        self.res = result
+        self.qdq_cache: dict[tuple[str, str], Value] = {}
+
+    def const(self, base: str, array: np.ndarray) -> Value:
+        return self.g.add_initializer(base, np.asarray(array))
+
+    def qdq(self, v: Value, qp: QuantParams, key: str) -> Value:
+        """Q -> DQ after ``v``; cached per (tensor, precision)."""
+        cached = self.qdq_cache.get((v.name, key))
+        if cached is not None:
+            return cached
+        scale = self.const(f"{v.name}_scale", np.asarray(qp.scale, np.float32))
+        zp = self.const(f"{v.name}_zero_point", np.asarray(qp.zero_point))
+        q = self.g.make_node("QuantizeLinear", [v, scale, zp], name=f"{v.name}_QuantizeLinear",
+                             output_names=[f"{v.name}_quantized"])
+        q.outputs[0].type = TensorType(np.asarray(qp.zero_point).dtype, v.type.shape)
+        dq = self.g.make_node("DequantizeLinear", [q.outputs[0], scale, zp], name=f"{v.name}_DequantizeLinear",
+                              output_names=[f"{v.name}_dequantized"])
+        dq.outputs[0].type = TensorType(np.dtype(np.float32), v.type.shape)
+        self.qdq_cache[(v.name, key)] = dq.outputs[0]
+        return dq.outputs[0]
+
+    def cast_pair(self, v: Value, precision: str) -> Value:
+        cached = self.qdq_cache.get((v.name, precision))
+        if cached is not None:
+            return cached
+        down = self.g.make_node("Cast", [v], attrs={"to": CAST_TO[precision]}, name=f"{v.name}_to_{precision}",
+                                output_names=[f"{v.name}_{precision}"])
+        down.outputs[0].type = TensorType(None, v.type.shape)
+        up = self.g.make_node("Cast", [down.outputs[0]], attrs={"to": TensorProto.FLOAT},
+                              name=f"{v.name}_from_{precision}", output_names=[f"{v.name}_{precision}_f32"])
+        up.outputs[0].type = TensorType(np.dtype(np.float32), v.type.shape)
+        self.qdq_cache[(v.name, precision)] = up.outputs[0]
+        return up.outputs[0]
+
+    def weight(self, node: Node, idx: int, precision: str) -> QuantParams | None:
+        w = node.inputs[idx]
+        if w is None or w.const is None or w.const.dtype.kind != "f":
+            return None
+        if precision in FLOAT_PRECISIONS:
+            if precision != "fp32":
+                node.set_input(idx, self.cast_pair(w, precision))
+            return None
+        wdt = "int16" if precision == "int16" else "int8"
+        axis = weight_axis(node)
+        qp = weight_params(w.const, wdt, True, self.config.per_channel and w.const.ndim >= 2, axis,
+                           self.config.reduce_range)
+        qw = self.const(f"{w.name}_quantized", quantize(w.const, qp))
+        scale = self.const(f"{w.name}_scale", np.asarray(qp.scale, np.float32))
+        zp = self.const(f"{w.name}_zero_point", np.asarray(qp.zero_point))
+        attrs = {"axis": axis} if qp.per_channel else {}
+        dq = self.g.make_node("DequantizeLinear", [qw, scale, zp], attrs=attrs, name=f"{w.name}_DequantizeLinear",
+                              output_names=[f"{w.name}_dequantized"])
+        dq.outputs[0].type = TensorType(np.dtype(np.float32), w.type.shape)
+        node.set_input(idx, dq.outputs[0])
+        self.res.weights[w.name] = qp
+        return qp
+
+    def bias(self, node: Node, in_qp: QuantParams | None, w_qp: QuantParams | None) -> None:
+        idx = BIAS_INPUT.get(node.op_type)
+        b = node.input(idx) if idx is not None else None
+        if b is None or b.const is None or in_qp is None or w_qp is None or b.const.ndim != 1:
+            return
+        if np.ndim(in_qp.scale) != 0:
+            return
+        bqp = bias_params(in_qp, w_qp)
+        if np.ndim(bqp.scale) == 1 and bqp.scale.shape[0] != b.const.shape[0]:
+            return
+        qb = np.clip(np.rint(b.const.astype(np.float64) / bqp.scale), -(2**31), 2**31 - 1).astype(np.int32)
+        qv = self.const(f"{b.name}_quantized", qb)
+        scale = self.const(f"{b.name}_scale", np.asarray(bqp.scale, np.float32))
+        zp = self.const(f"{b.name}_zero_point", np.zeros(np.shape(bqp.scale), np.int32))
+        attrs = {"axis": 0} if bqp.per_channel else {}
+        dq = self.g.make_node("DequantizeLinear", [qv, scale, zp], attrs=attrs, name=f"{b.name}_DequantizeLinear",
+                              output_names=[f"{b.name}_dequantized"])
+        dq.outputs[0].type = TensorType(np.dtype(np.float32), b.type.shape)
+        node.set_input(idx, dq.outputs[0])  # type: ignore[arg-type]
+        self.res.biases[b.name] = bqp
+
+
+def build_qdq(graph: Graph, calib: Calibration, config: QuantConfig) -> QuantizedModel:
+    """The QDQ model of ``graph`` (the input graph is not modified)."""
+    needs_int16 = config.dtype == "int16" or "int16" in config.precision.values()
+    g, diags = ensure_opset(clone_graph(graph), 21 if needs_int16 else 13)
+    res = QuantizedModel(g, diagnostics=list(diags))
+    b = _Builder(g, calib, config, res)
+    nodes = quantizable_nodes(g, config)
+    if not nodes:
+        raise ValueError("model has no quantizable op (Conv, Gemm, MatMul, ...): nothing to quantize")
+    quantized_outputs: dict[str, str] = {}
+    for node in nodes:
+        precision = config.node_precision(node.name)
+        res.node_precision[node.name] = precision
+        params: dict[str, QuantParams] = {}
+        in_qp: QuantParams | None = None
+        widx = WEIGHT_INPUT.get(node.op_type)
+        for i, v in enumerate(node.inputs):
+            if i == widx and v is not None and v.const is not None:
+                continue
+            if i == BIAS_INPUT.get(node.op_type) or not is_float_activation(v):
+                continue
+            if i > 0 and node.op_type in ("Clip", "Resize", "LayerNormalization"):
+                continue  # bounds, scales/sizes and LayerNorm's gamma stay float
+            if precision in FLOAT_PRECISIONS:
+                if precision != "fp32":
+                    node.set_input(i, b.cast_pair(v, precision))
+                continue
+            if fused_into_producer(node, config):
+                continue  # the epilogue of the producing compute op: no requantization between
+            try:
+                qp = activation_params(calib, v.name, precision, config)
+            except KeyError:
+                res.diagnostics.append(Diagnostic(WARNING, node.name, "not-calibrated",
+                                                  f"input {v.name!r} was not calibrated; left in float"))
+                continue
+            res.activations.setdefault(v.name, qp)
+            params[v.name] = qp
+            node.set_input(i, b.qdq(v, qp, precision))  # type: ignore[arg-type]
+            if i == 0:
+                in_qp = qp
+        w_qp = b.weight(node, widx, precision) if widx is not None else None
+        if w_qp is not None and in_qp is not None and precision not in FLOAT_PRECISIONS:
+            b.bias(node, in_qp, w_qp)
+        out = node.outputs[0]
+        if precision not in FLOAT_PRECISIONS and out is not None and not out.is_graph_output:
+            consumers = out.consumers()
+            if consumers and not (len(consumers) == 1 and fused_into_producer(consumers[0], config)):
+                quantized_outputs[out.name] = precision
+        res.node_params[node.name] = params
+    # Outputs of quantized ops are requantized for all their consumers (the NPU stores them as integers).
+    for name, precision in quantized_outputs.items():
+        v = g.values[name]
+        qp = activation_params(calib, name, precision, config)
+        res.activations.setdefault(name, qp)
+        dq = b.qdq(v, qp, precision)
+        for user, idx in v.uses():
+            if user.op_type != "QuantizeLinear" and not (user.outputs and user.outputs[0] is dq):
+                user.set_input(idx, dq)
+    # Float weights replaced by their quantized copies are dropped.
+    for name, v in list(g.initializers.items()):
+        if not v.uses() and not v.is_graph_output and name not in getattr(g, "overridable", ()):
+            g.remove_initializer(name)
+    return res

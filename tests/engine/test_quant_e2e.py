@@ -1,0 +1,153 @@
+"""Quantization end to end: our simulation of the QDQ model agrees with onnxruntime running it."""
+
+from __future__ import annotations
+
+import json
+from io import StringIO
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import engine
+from engine.cli import Out, main
+from engine.ir.onnx_io import to_onnx
+from engine.quant.api import quantize
+from engine.quant.cli import optimize_for_quantization
+from engine.quant.config import QuantConfig
+from engine.quant.data import CalibrationSet, load_calibration
+from tests.models import ASSETS, LIGHT_DIR, demo_model
+
+
+def _session(model: onnx.ModelProto, optimized: bool = True) -> ort.InferenceSession:
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.intra_op_num_threads = 1
+    if not optimized:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def _sqnr(ref, got):
+    ref = np.asarray(ref, np.float64)
+    err = ((ref - got) ** 2).sum()
+    return np.inf if err == 0 else 10 * np.log10((ref**2).sum() / err)
+
+
+def _agreement(graph, data, config, feeds, optimized=True):
+    r = quantize(optimize_for_quantization(graph), data, config, analysis_samples=0)
+    model = to_onnx(r.graph)
+    onnx.checker.check_model(model, full_check=True)
+    sess = _session(model, optimized)
+    worst = np.inf
+    for k, v in enumerate(r.graph.outputs):
+        ours = np.concatenate([engine.execute(r.graph, f)[v.name] for f in feeds])
+        theirs = np.concatenate([sess.run(None, f)[k] for f in feeds])
+        worst = min(worst, _sqnr(theirs, ours))
+    return worst, r
+
+
+DEMOS = {
+    "digits_cnn": "digits_calib.npz",
+    "mobilenet_demo": "mobilenet_calib.npz",
+    "transformer_demo": "transformer_calib.npz",
+}
+
+
+@pytest.mark.parametrize("name", sorted(DEMOS))
+def test_simulation_matches_onnxruntime_integer_kernels(name):
+    """>= 40 dB on every output. Weights use 7 bits (reduce_range): this x86 CPU lacks VNNI and
+    onnxruntime's u8*s8 kernels add product pairs in saturating int16, which 8-bit weights overflow."""
+    path = demo_model(name)
+    if not path.exists():
+        pytest.skip(f"{path} missing")
+    g = engine.load(path)
+    data = load_calibration(ASSETS / "data" / DEMOS[name], g).take(16)
+    feeds = [data.sample(i) for i in range(8)]
+    sq, _ = _agreement(g, data, QuantConfig(method="percentile", per_channel=True, reduce_range=True), feeds)
+    assert sq >= 40, f"{name}: ours vs onnxruntime {sq:.1f} dB"
+
+
+@pytest.mark.parametrize("name", sorted(DEMOS))
+def test_full_8bit_weights_match_onnxruntime_qdq_semantics(name):
+    path = demo_model(name)
+    if not path.exists():
+        pytest.skip(f"{path} missing")
+    g = engine.load(path)
+    data = load_calibration(ASSETS / "data" / DEMOS[name], g).take(8)
+    feeds = [data.sample(i) for i in range(4)]
+    sq, _ = _agreement(g, data, QuantConfig(method="minmax", per_channel=True), feeds, optimized=False)
+    assert sq >= 60, f"{name}: ours vs onnxruntime (QDQ in float) {sq:.1f} dB"
+
+
+def test_light_resnet50_simulation_matches_onnxruntime():
+    g = engine.load(LIGHT_DIR / "light_resnet50.onnx")
+    rng = np.random.default_rng(0)
+    x = rng.random((3, 1, 3, 224, 224), dtype=np.float32)
+    data = CalibrationSet.from_arrays("random", {g.inputs[0].name: x})
+    sq, r = _agreement(g, data, QuantConfig(method="minmax", per_channel=True, reduce_range=True), [data.sample(0)])
+    assert sq >= 40, f"resnet50: {sq:.1f} dB"
+    assert r.graph.opset("") >= 13
+
+
+def test_report_has_contract_keys_and_per_layer_errors():
+    g = engine.load(demo_model("digits_cnn"))
+    data = load_calibration(ASSETS / "data" / "digits_calib.npz", g).take(32)
+    r = quantize(optimize_for_quantization(g), data, QuantConfig(method="entropy", per_channel=True),
+                 analysis_samples=4)
+    doc = r.report()
+    assert {"method", "per_channel", "dtype", "samples", "layers", "outputs"} <= set(doc)
+    assert doc["method"] == "entropy" and doc["samples"] == 32
+    convs = [row for row in doc["layers"] if row["op_type"] == "Conv"]
+    assert len(convs) == 2
+    for row in doc["layers"]:
+        assert {"node", "op_type", "dtype", "cosine", "max_abs_err", "sqnr_db"} <= set(row)
+        assert -1 <= row["cosine"] <= 1
+        assert row["sqnr_db"] > 10
+    out = doc["outputs"][g.outputs[0].name]
+    assert out["cosine"] > 0.99
+
+
+def test_accumulated_error_is_at_least_isolated_error_downstream():
+    g = engine.load(demo_model("digits_cnn"))
+    data = load_calibration(ASSETS / "data" / "digits_calib.npz", g).take(16)
+    r = quantize(optimize_for_quantization(g), data, QuantConfig(), analysis_samples=8)
+    last = r.analysis.layers[-1]
+    assert last.accumulated.sqnr_db <= last.isolated.sqnr_db + 1.0
+    assert r.analysis.sensitivity()[0].isolated.sqnr_db <= r.analysis.sensitivity()[-1].isolated.sqnr_db
+
+
+def _cli(argv):
+    out, err = StringIO(), StringIO()
+    return main(argv, Out(out, err)), out.getvalue(), err.getvalue()
+
+
+def test_cli_quantize_writes_qdq_model_and_report(tmp_path):
+    rc, out, err = _cli(["quantize", str(demo_model("digits_cnn")), "--calib", str(ASSETS / "data" / "digits_calib.npz"),
+                         "-o", str(tmp_path / "q.onnx"), "--method", "percentile", "--per-channel",
+                         "--report", str(tmp_path / "r.json"), "--max-samples", "24"])
+    assert rc == 0, err
+    model = onnx.load(str(tmp_path / "q.onnx"))
+    onnx.checker.check_model(model, full_check=True)
+    ops = {n.op_type for n in model.graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= ops
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["samples"] == 24 and doc["per_channel"] is True
+    x = np.load(ASSETS / "data" / "digits_test.npz")["x"][:1]
+    _session(model).run(None, {"x": x})
+
+
+def test_cli_quantize_model_without_quantizable_op_is_exit_2(tmp_path):
+    g = helper.make_graph([helper.make_node("Sin", ["x"], ["y"], name="s")], "noq",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    path = tmp_path / "noq.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    np.savez(tmp_path / "c.npz", x=np.zeros((2, 1, 4), np.float32))
+    rc, _, err = _cli(["quantize", str(path), "--calib", str(tmp_path / "c.npz"), "-o", str(tmp_path / "o.onnx"),
+                       "--no-optimize"])
+    assert rc == 2
+    assert "no quantizable op" in err and err.count("\n") == 1
+    assert not (tmp_path / "o.onnx").exists()

@@ -1,0 +1,98 @@
+"""Calibration observers and quantization parameters."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from engine.quant.observers import HistogramObserver, make_observer
+from engine.quant.params import bias_params, dequantize, params_from_range, quantize, weight_params
+
+
+def _with_outliers(rng, n=50_000):
+    x = rng.standard_normal(n).astype(np.float32)
+    x[:5] = 40.0
+    return x
+
+
+def test_entropy_and_percentile_clip_outliers_that_minmax_keeps():
+    rng = np.random.default_rng(0)
+    obs = {m: make_observer(m) for m in ("minmax", "percentile", "entropy", "mse")}
+    for _ in range(10):
+        x = _with_outliers(rng)
+        for o in obs.values():
+            o.update(x)
+    mm = obs["minmax"].range()
+    assert mm[1] == pytest.approx(40.0)
+    ent = obs["entropy"].range()
+    pct = obs["percentile"].range()
+    assert 2.5 < ent[1] < 10, ent
+    assert 2.5 < pct[1] < 10, pct
+    assert ent != pct
+    assert mm[0] <= ent[0] < 0
+
+
+def test_one_histogram_answers_every_method():
+    rng = np.random.default_rng(1)
+    h = HistogramObserver()
+    ref = {m: make_observer(m) for m in ("percentile", "entropy")}
+    for _ in range(5):
+        x = _with_outliers(rng)
+        h.update(x)
+        for o in ref.values():
+            o.update(x)
+    for m, o in ref.items():
+        assert h.range_for(m) == pytest.approx(o.range())
+
+
+def test_histogram_memory_stays_flat_as_samples_grow():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(20_000).astype(np.float32)
+
+    def peak(n):
+        o = make_observer("entropy")
+        tracemalloc.start()
+        for k in range(n):
+            o.update(x * (1 + k / n))  # growing range forces re-binning too
+        _, p = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        return p
+
+    small, big = peak(5), peak(50)
+    assert big < 1.5 * small + 64_000, (small, big)
+
+
+def test_quantize_rounds_half_to_even_and_saturates():
+    qp = params_from_range(-1.0, 1.0, "int8", symmetric=True)
+    s = float(qp.scale)
+    x = np.array([2.5 * s, -2.5 * s, 3.5 * s, 1000.0, -1000.0], np.float32)
+    np.testing.assert_array_equal(quantize(x, qp), [2, -2, 4, 127, -128])
+
+
+def test_asymmetric_range_maps_zero_exactly_and_uses_all_levels():
+    qp = params_from_range(0.0, 6.0, "uint8", symmetric=False)
+    assert int(qp.zero_point) == 0
+    np.testing.assert_allclose(dequantize(quantize(np.array([0.0, 6.0], np.float32), qp), qp), [0.0, 6.0], atol=1e-6)
+    qp = params_from_range(-1.0, 3.0, "int8", symmetric=False)
+    assert dequantize(quantize(np.array([0.0], np.float32), qp), qp)[0] == 0.0
+
+
+def test_per_channel_weight_scales_follow_each_output_channel():
+    w = np.stack([np.full((3, 3, 3), 0.01), np.full((3, 3, 3), 10.0)]).astype(np.float32)
+    w[0, 0, 0, 0] = -0.02
+    qp = weight_params(w, "int8", symmetric=True, per_channel=True, axis=0)
+    assert qp.scale.shape == (2,)
+    assert qp.scale[1] / qp.scale[0] == pytest.approx(10.0 / 0.02, rel=1e-5)
+    err = np.abs(dequantize(quantize(w, qp), qp) - w)
+    assert err[0].max() < 1e-4
+
+
+def test_bias_scale_is_input_scale_times_weight_scale():
+    a = params_from_range(-2.0, 2.0, "int8", True)
+    w = weight_params(np.array([[1.0, -0.5], [0.25, 0.1]], np.float32), "int8", True, True, 0)
+    b = bias_params(a, w)
+    np.testing.assert_allclose(b.scale, float(a.scale) * w.scale, rtol=1e-6)
+    assert b.dtype == "int32"
+    assert (b.zero_point == 0).all()
