@@ -99,7 +99,7 @@ def _maybe_evaluate(node: Node, spec, ctx: NodeContext, known: dict[str, np.ndar
             res = spec.reference(RunContext(node, ctx.attrs, ctx.opset), *ctx.consts)
         except Exception:  # a kernel refusing odd constant inputs only means "not known"
             return
-        static = [res] if isinstance(res, np.ndarray) else list(res)
+        static = [np.asarray(res)] if isinstance(res, (np.ndarray, np.generic)) else list(res)
     for out, arr in zip(node.outputs, static):
         if out is not None and arr is not None:
             arr = np.asarray(arr)

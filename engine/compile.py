@@ -1,0 +1,151 @@
+"""The compile driver: optimize -> quantize (integer targets) -> place -> simulate.
+
+One function joins the stages every other tool runs separately, and keeps what each produced
+so the bundle writer (engine/export) and the GUI can show it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from engine.diagnostics import INFO, WARNING, Diagnostic
+from engine.errors import InputError
+from engine.ir.graph import Graph
+from engine.quant.config import QuantConfig
+from engine.quant.data import CalibrationSet
+
+Progress = Callable[[str, int, int], None]
+INTEGER_PRECISIONS = ("int8", "uint8", "int16")
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """Everything that shapes a compile besides the model, the target and the data."""
+
+    quant: QuantConfig = field(default_factory=QuantConfig)
+    disabled_passes: tuple[str, ...] = ()
+    pins: dict[str, str] = field(default_factory=dict)
+    allow_synthetic_calibration: bool = False
+    synthetic_samples: int = 8
+    analysis_samples: int = 8
+    max_batch: int = 1
+    profiling: bool = False
+
+
+@dataclass
+class CompileResult:
+    """The outputs of every stage."""
+
+    source: Graph
+    optimized: Graph
+    target: Any
+    options: CompileOptions
+    optimize_trace: list = field(default_factory=list)
+    quant: Any = None
+    sim: Any = None
+    calibration_source: str = ""
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    @property
+    def precision(self) -> str:
+        """The NPU precision the compile targeted."""
+        return self.target.npu.precision
+
+    @property
+    def quantized(self) -> bool:
+        """True when a QDQ model was produced."""
+        return self.quant is not None
+
+
+def synthetic_calibration(graph: Graph, n: int, seed: int = 0) -> CalibrationSet:
+    """Uniform [0, 1) samples of every input's shape (only with --allow-synthetic-calibration)."""
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for v in graph.inputs:
+        if not v.type.is_static:
+            raise InputError(f"input {v.name!r} has dynamic dimensions {v.type.shape}; fix them with --shape")
+        dt = v.type.dtype if v.type.dtype is not None else np.dtype(np.float32)
+        shape = (n, *[int(d) for d in v.type.shape])  # type: ignore[union-attr]
+        arrays[v.name] = rng.random(shape).astype(dt) if dt.kind == "f" else np.zeros(shape, dt)
+    return CalibrationSet.from_arrays("synthetic uniform [0,1)", arrays)
+
+
+def require_static(graph: Graph) -> None:
+    """Placement and cost need static shapes: name the first dynamic input dimension."""
+    for v in graph.inputs:
+        if v.type.shape is None:
+            raise InputError(f"input {v.name!r} has an unknown shape; fix it with --shape {v.name}=D0,D1,...")
+        for k, d in enumerate(v.type.shape):
+            if not isinstance(d, int):
+                raise InputError(f"input {v.name!r} dimension {k} is dynamic ({d!r}); "
+                                 f"fix it with --shape {v.name}=D0,D1,...")
+
+
+def optimize_graph(graph: Graph, disabled: tuple[str, ...] = ()) -> tuple[Graph, list, list[Diagnostic]]:
+    """Run the default optimization pipeline (the graph passed in is not modified)."""
+    from engine.passes.pipeline import optimize
+
+    res = optimize(graph, disable=disabled)
+    return res.graph, res.trace, list(res.diagnostics)
+
+
+def compile_model(graph: Graph, target: Any, calibration: CalibrationSet | None = None,
+                  options: CompileOptions | None = None, progress: Progress | None = None,
+                  cancel: Callable[[], bool] | None = None) -> CompileResult:
+    """Compile ``graph`` for ``target`` (a HardwareTarget, bundled name or YAML path)."""
+    from engine.hw.target import resolve_target
+    from engine.quant.api import quantize
+    from engine.quant.calibrate import Cancelled
+    from engine.sim.timeline import SimOptions, simulate
+
+    options = options or CompileOptions()
+    target = resolve_target(target)
+    require_static(graph)
+
+    def step(name: str, done: int, total: int) -> None:
+        if cancel is not None and cancel():
+            raise Cancelled(f"compile cancelled during {name}")
+        if progress is not None:
+            progress(name, done, total)
+
+    step("optimize", 0, 1)
+    optimized, trace, diags = optimize_graph(graph, options.disabled_passes)
+    step("optimize", 1, 1)
+    result = CompileResult(graph, optimized, target, options, trace, diagnostics=diags)
+
+    if target.npu.precision in INTEGER_PRECISIONS:
+        data = calibration
+        if data is None:
+            if not options.allow_synthetic_calibration:
+                raise InputError(f"target {target.name!r} runs {target.npu.precision}: quantization needs "
+                                 "calibration data (--calib); --allow-synthetic-calibration uses random "
+                                 "inputs instead, and the report says so")
+            data = synthetic_calibration(graph, options.synthetic_samples)
+            result.diagnostics.append(Diagnostic(
+                WARNING, None, "synthetic-calibration",
+                f"quantized with {options.synthetic_samples} synthetic random samples, not real data: "
+                "scales and the error figures do not reflect real inputs"))
+        quant = options.quant
+        if target.npu.precision != quant.dtype and quant.dtype == "int8":
+            quant = dataclasses.replace(quant, dtype=target.npu.precision)
+        try:
+            result.quant = quantize(optimized, data, quant, analysis_samples=options.analysis_samples,
+                                    progress=step, cancel=cancel)
+        except ValueError as exc:
+            if "nothing to quantize" not in str(exc):
+                raise
+            result.diagnostics.append(Diagnostic(INFO, None, "nothing-to-quantize", str(exc)))
+        result.calibration_source = data.source
+    else:
+        result.diagnostics.append(Diagnostic(
+            INFO, None, "float-target", f"target {target.name!r} runs {target.npu.precision}: no QDQ model"))
+
+    step("simulate", 0, 1)
+    result.sim = simulate(optimized, target, SimOptions(pins=dict(options.pins) or None))
+    step("simulate", 1, 1)
+    return result

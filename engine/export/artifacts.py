@@ -1,0 +1,205 @@
+"""The compiled bundle: models, plan, runtime config, report and manifest, written atomically.
+
+Files are built in a temporary folder beside OUTDIR and renamed into place at the end, so an
+interrupted compile never leaves a bundle that looks complete. Nothing time-dependent is
+written (same inputs, byte-identical files).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import onnx
+import yaml
+
+from engine.compile import CompileResult
+from engine.errors import InputError
+from engine.ir.onnx_io import to_onnx
+
+BUNDLE_FILES = ("model.opt.onnx", "model.qdq.onnx", "plan.json", "runtime.yaml", "report.html", "manifest.json")
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _json(doc: Any) -> bytes:
+    return (json.dumps(doc, indent=2, sort_keys=False, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def fused_groups(result: CompileResult) -> list[dict[str, Any]]:
+    """Every node the optimizer rewrote, with the original nodes it came from."""
+    out = []
+    for n in result.optimized.toposort():
+        prov = n.meta.get("provenance")
+        if prov:
+            rec = {"node": n.name, "op_type": n.op_type, "from": list(prov)}
+            act = n.meta.get("activation")
+            if act:
+                rec["activation"] = act.get("op_type")
+            out.append(rec)
+    return out
+
+
+def _tool_version() -> str:
+    import engine
+
+    return engine.__version__
+
+
+def _model_entry(result: CompileResult) -> dict[str, Any]:
+    src = getattr(result.source, "source_path", "") or result.source.name
+    proto = to_onnx(result.source).SerializeToString()
+    return {"name": Path(str(src)).stem if src else result.source.name, "sha256": _sha256(proto),
+            "inputs": [{"name": v.name, "shape": list(v.type.shape or ()), "dtype": str(v.type.dtype)}
+                       for v in result.source.inputs],
+            "outputs": [v.name for v in result.source.outputs]}
+
+
+def plan_document(result: CompileResult) -> dict[str, Any]:
+    """plan.json: the simulate document plus quantization parameters and fusion provenance."""
+    doc = result.sim.to_json(events=True)
+    doc["precision"] = result.precision
+    doc["fused"] = fused_groups(result)
+    if result.quant is not None:
+        qp = result.quant.model.params_json()
+        doc["quantization"] = {"config": result.quant.config.to_json(), **qp}
+        per_node = result.quant.model.node_params
+        for op in doc["ops"]:
+            node_p = per_node.get(op["node"])
+            if node_p is not None:
+                op["quant"] = {"precision": result.quant.model.node_precision.get(op["node"]),
+                               "inputs": {k: v.to_json() for k, v in node_p.items()}}
+    doc["optimize"] = {"passes": _trace_json(result)}
+    return doc
+
+
+def _trace_json(result: CompileResult) -> list[dict[str, Any]]:
+    """The pass trace without wall-clock times (they would make the bundle irreproducible)."""
+    out = []
+    for r in result.optimize_trace:
+        rec = r.to_json()
+        rec.pop("ms", None)
+        out.append(rec)
+    return out
+
+
+def runtime_document(result: CompileResult) -> dict[str, Any]:
+    """runtime.yaml: what a deployment service reads (the field notes' sketch plus placement)."""
+    summ = result.sim.summary()
+    model = _model_entry(result)
+    has_cpu = summ["cpu_ops"] > 0
+    return {
+        "model": {"id": f"{model['name']}-{model['sha256'][:12]}", "file": "model.qdq.onnx" if result.quantized
+                  else "model.opt.onnx",
+                  "inputs": [{"name": i["name"], "shape": i["shape"], "dtype": i["dtype"]} for i in model["inputs"]],
+                  "outputs": model["outputs"]},
+        "devices": {"primary": f"npu:{result.target.name}", "fallback": "cpu",
+                    "fallback_enabled": True, "fallback_ops": sorted({o.op_type for o in result.sim.ops
+                                                                      if o.device == "cpu"})},
+        "precision": {"mode": result.precision,
+                      "calibration_set": result.calibration_source or None,
+                      "method": result.quant.config.method if result.quant else None,
+                      "per_channel": result.quant.config.per_channel if result.quant else None},
+        "runtime": {"fusion": True, "profiling": result.options.profiling, "max_batch": result.options.max_batch,
+                    "queue_depth": 2},
+        "placement": {"npu_ops": summ["npu_ops"], "cpu_ops": summ["cpu_ops"], "partitions": summ["partitions"],
+                      "transfers": summ["transfers"], "heterogeneous": has_cpu,
+                      "simulated_latency_us": round(result.sim.latency_us, 3)},
+    }
+
+
+def report_document(result: CompileResult, plan: dict[str, Any]) -> dict[str, Any]:
+    """What report.html renders."""
+    return {
+        "tool_version": _tool_version(),
+        "model": _model_entry(result),
+        "precision": result.precision,
+        "simulation": plan,
+        "optimize": {"nodes_before": len(result.source.nodes), "nodes_after": len(result.optimized.nodes),
+                     "passes": _trace_json(result)},
+        "fused": plan["fused"],
+        "quantization": result.quant.report() if result.quant is not None else None,
+        "diagnostics": [d.to_json() for d in result.diagnostics] + plan.get("diagnostics", []),
+    }
+
+
+def bundle_files(result: CompileResult) -> dict[str, bytes]:
+    """Every bundle file's bytes (manifest last, hashing the others)."""
+    from engine.export.report import render_report
+
+    files: dict[str, bytes] = {}
+    for name, graph in (("model.opt.onnx", result.optimized),
+                        ("model.qdq.onnx", result.quant.graph if result.quant is not None else None)):
+        if graph is None:
+            continue
+        model = to_onnx(graph)
+        onnx.checker.check_model(model, full_check=True)
+        files[name] = model.SerializeToString()
+    plan = plan_document(result)
+    files["plan.json"] = _json(plan)
+    files["runtime.yaml"] = yaml.safe_dump(runtime_document(result), sort_keys=False).encode("utf-8")
+    files["report.html"] = render_report(report_document(result, plan)).encode("utf-8")
+    model = _model_entry(result)
+    manifest = {
+        "files": {k: _sha256(v) for k, v in sorted(files.items())},
+        "inputs": {"model": {"name": model["name"], "sha256": model["sha256"]},
+                   "target": {"name": result.target.name, "summary": result.target.summary()},
+                   "calibration": result.calibration_source or None,
+                   "options": {"quant": result.options.quant.to_json(),
+                               "disabled_passes": list(result.options.disabled_passes),
+                               "pins": dict(sorted(result.options.pins.items()))}},
+        "tool_version": _tool_version(),
+    }
+    files["manifest.json"] = _json(manifest)
+    return files
+
+
+def check_outdir(outdir: Path, force: bool) -> None:
+    """Refuse an existing non-empty folder (unless forced) or an unwritable parent, before any work."""
+    if outdir.exists() and not outdir.is_dir():
+        raise InputError(f"{outdir}: exists and is not a folder")
+    if outdir.exists() and any(outdir.iterdir()) and not force:
+        raise InputError(f"{outdir}: folder exists and is not empty (use --force to replace it)")
+    parent = outdir.resolve().parent
+    if not parent.exists():
+        raise InputError(f"{outdir}: parent folder {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise InputError(f"{outdir}: cannot write into {parent} (permission denied)")
+
+
+def write_bundle(result: CompileResult, outdir: str | Path, force: bool = False) -> dict[str, str]:
+    """Write the bundle atomically; returns name -> sha256."""
+    outdir = Path(outdir)
+    check_outdir(outdir, force)
+    files = bundle_files(result)
+    parent = outdir.resolve().parent
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.", suffix=".partial", dir=parent))
+    except OSError as exc:
+        raise InputError(f"{outdir}: cannot write: {exc.strerror}") from None
+    try:
+        for name, data in files.items():
+            with open(tmp / name, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.chmod(tmp, 0o755)
+        if outdir.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.", suffix=".old", dir=parent))
+            os.rmdir(old)
+            os.replace(outdir, old)
+            os.replace(tmp, outdir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, outdir)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise InputError(f"{outdir}: cannot write: {exc.strerror}") from None
+    return {k: _sha256(v) for k, v in files.items()}
