@@ -1,1 +1,542 @@
-"""conv ops."""
+"""Convolution ops: Conv, ConvTranspose, DeformConv and Col2Im.
+
+Conv is im2col (a strided view copied once) followed by one matmul per group, batched over
+groups (depthwise convolutions too: measured ~2x faster than a multiply-add loop over the
+kernel taps); 1x1 convolutions are a plain matmul without im2col. Everything runs in
+float32 (float64 stays float64).
+The window geometry helpers here (explicit/auto pads, ceil mode, symbolic dims) are shared
+with the pooling family.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from engine.ir.types import Dim, TensorType
+from nodes._util import prod
+from nodes.registry import register
+from nodes.spec import AttrSpec, NodeContext, OpError, OpSpec, Port, RunContext, Work, ints
+
+AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+
+# -- window geometry (shared with pooling) ------------------------------------------------------
+
+
+def window_attrs(attrs: dict[str, Any], n_spatial: int) -> tuple[list[int], list[int]]:
+    """Strides and dilations of a windowed op (defaults 1) checked against the spatial rank."""
+    strides = ints(attrs.get("strides")) or [1] * n_spatial
+    dils = ints(attrs.get("dilations")) or [1] * n_spatial
+    if len(strides) != n_spatial or len(dils) != n_spatial:
+        raise OpError(f"strides {strides} / dilations {dils} do not match {n_spatial} spatial dims")
+    if min(strides) < 1 or min(dils) < 1:
+        raise OpError(f"strides {strides} and dilations {dils} must be >= 1")
+    return strides, dils
+
+
+def explicit_pads(attrs: dict[str, Any], n_spatial: int) -> tuple[list[int], list[int]]:
+    """(begin, end) pads from the ``pads`` attribute (zeros when absent)."""
+    pads = ints(attrs.get("pads")) or [0] * (2 * n_spatial)
+    if len(pads) != 2 * n_spatial:
+        raise OpError(f"pads {pads} must hold 2 x {n_spatial} values")
+    return pads[:n_spatial], pads[n_spatial:]
+
+
+def window_out_dim(size: Dim, k: int, s: int, d: int, pb: int, pe: int, auto_pad: str,
+                   ceil_mode: bool = False) -> Dim:
+    """Output length of one sliding-window axis; symbolic sizes pass through when unchanged."""
+    ek = (k - 1) * d + 1
+    if not isinstance(size, int):
+        if s == 1 and (auto_pad in ("SAME_UPPER", "SAME_LOWER") or (auto_pad != "VALID" and ek == 1 + pb + pe)):
+            return size
+        if s == 1 and ek == 1:
+            return size
+        return None
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        return -(-size // s)
+    if auto_pad == "VALID":
+        pb = pe = 0
+    span = size + pb + pe - ek
+    if span < 0:
+        raise OpError(f"window of extent {ek} does not fit an axis of {size} (+{pb + pe} padding)")
+    if ceil_mode:
+        out = -(-span // s) + 1
+        if (out - 1) * s >= size + pb:  # the last window would start in the end padding
+            out -= 1
+        return out
+    return span // s + 1
+
+
+def window_geometry(in_sizes: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
+                    dils: Sequence[int], attrs: dict[str, Any], ceil_mode: bool = False,
+                    clamp_same: bool = True) -> tuple[list[int], list[int], list[int]]:
+    """(pads_begin, pads_end, out_sizes) of a windowed op on a concrete input.
+
+    With automatic (SAME) padding a kernel smaller than the stride asks for a negative total
+    padding: convolutions clamp it to zero, pools (``clamp_same=False``) crop like
+    onnxruntime does (the begin pad is the total halved toward zero).
+    """
+    n = len(in_sizes)
+    auto_pad = attrs.get("auto_pad", "NOTSET") or "NOTSET"
+    if auto_pad not in AUTO_PADS:
+        raise OpError(f"unknown auto_pad {auto_pad!r}")
+    pb, pe = explicit_pads(attrs, n)
+    if auto_pad == "VALID":
+        pb, pe = [0] * n, [0] * n
+    outs = []
+    for i in range(n):
+        out = window_out_dim(in_sizes[i], kernel[i], strides[i], dils[i], pb[i], pe[i], auto_pad, ceil_mode)
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            total = (out - 1) * strides[i] + (kernel[i] - 1) * dils[i] + 1 - in_sizes[i]
+            if clamp_same or total >= 0:
+                total = max(0, total)
+                small = total // 2
+                pb[i], pe[i] = (small, total - small) if auto_pad == "SAME_UPPER" else (total - small, small)
+            else:
+                head = int(total / 2) if auto_pad == "SAME_UPPER" else int((total + 1) / 2)
+                pb[i], pe[i] = head, total - head
+        outs.append(out)
+    return list(pb), list(pe), outs
+
+
+def infer_window_shape(ctx: NodeContext, kernel: Sequence[int] | None, lead: Sequence[Dim],
+                       ceil_mode: bool = False) -> tuple[Dim, ...] | None:
+    """Output shape ``lead + spatial`` of a windowed op from input 0 (None when rank unknown)."""
+    xs = ctx.shape(0)
+    if xs is None:
+        return None
+    n = len(xs) - 2
+    if n < 1:
+        raise OpError(f"{ctx.spec.op_type} needs an input of rank >= 3, got {len(xs)}")
+    if kernel is None:
+        return (*lead, *([None] * n))
+    if len(kernel) != n:
+        raise OpError(f"kernel_shape {list(kernel)} does not match {n} spatial dims")
+    strides, dils = window_attrs(ctx.attrs, n)
+    auto_pad = ctx.attrs.get("auto_pad", "NOTSET") or "NOTSET"
+    if auto_pad not in AUTO_PADS:
+        raise OpError(f"unknown auto_pad {auto_pad!r}")
+    pb, pe = explicit_pads(ctx.attrs, n)
+    out = [window_out_dim(xs[2 + i], kernel[i], strides[i], dils[i], pb[i], pe[i], auto_pad, ceil_mode)
+           for i in range(n)]
+    return (*lead, *out)
+
+
+def pad_spatial(x: np.ndarray, pb: Sequence[int], pe: Sequence[int], fill: Any = 0) -> np.ndarray:
+    """Pad the spatial axes (2...) of ``x`` with ``fill``; pads may be negative (crop)."""
+    if not any(pb) and not any(pe):
+        return x
+    lead = x.shape[:2]
+    shape = [s + b + e for s, b, e in zip(x.shape[2:], pb, pe)]
+    out = np.full((*lead, *shape), fill, dtype=x.dtype)
+    dst = [slice(None), slice(None)]
+    src = [slice(None), slice(None)]
+    for s, b, e in zip(x.shape[2:], pb, pe):
+        dst.append(slice(max(b, 0), max(b, 0) + s + min(b, 0) + min(e, 0)))
+        src.append(slice(max(-b, 0), s - max(-e, 0)))
+    out[tuple(dst)] = x[tuple(src)]
+    return out
+
+
+def tap_view(xp: np.ndarray, tap: Sequence[int], out: Sequence[int], strides: Sequence[int],
+             dils: Sequence[int]) -> np.ndarray:
+    """The strided view of the padded input that kernel tap ``tap`` reads for every output."""
+    sl = [slice(None), slice(None)]
+    for t, o, s, d in zip(tap, out, strides, dils):
+        start = t * d
+        sl.append(slice(start, start + (o - 1) * s + 1, s))
+    return xp[tuple(sl)]
+
+
+def window_view(xp: np.ndarray, kernel: Sequence[int], out: Sequence[int], strides: Sequence[int],
+                dils: Sequence[int]) -> np.ndarray:
+    """A (N, C, *kernel, *out) strided view of the padded input (no copy)."""
+    st = xp.strides
+    n = len(kernel)
+    return as_strided(xp, shape=(*xp.shape[:2], *kernel, *out),
+                      strides=(st[0], st[1], *(st[2 + i] * dils[i] for i in range(n)),
+                               *(st[2 + i] * strides[i] for i in range(n))), writeable=False)
+
+
+def compute_dtype(dtype: np.dtype) -> np.dtype:
+    """float64 stays float64; every other float type is computed in float32."""
+    return np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
+
+
+def scatter_taps(cols: np.ndarray, kernel: Sequence[int], grid: Sequence[int], strides: Sequence[int],
+                 dils: Sequence[int], pb: Sequence[int], out_sizes: Sequence[int]) -> np.ndarray:
+    """col2im: add ``cols`` (N, C, *kernel, *grid) into a (N, C, *out_sizes) output.
+
+    Grid position g and tap t land on output coordinate ``g*stride + t*dilation - pad_begin``;
+    contributions outside the output are dropped and missing positions stay zero.
+    """
+    n = len(kernel)
+    full = [(g - 1) * s + (k - 1) * d + 1 for g, s, k, d in zip(grid, strides, kernel, dils)]
+    off = [max(0, -b) for b in pb]
+    length = [max(f, b + o) + a for f, b, o, a in zip(full, pb, out_sizes, off)]
+    buf = np.zeros((*cols.shape[:2], *length), dtype=cols.dtype)
+    for tap in itertools.product(*(range(k) for k in kernel)):
+        sl = [slice(None), slice(None)]
+        for i in range(n):
+            start = off[i] + tap[i] * dils[i]
+            sl.append(slice(start, start + (grid[i] - 1) * strides[i] + 1, strides[i]))
+        buf[tuple(sl)] += cols[(slice(None), slice(None), *tap)]
+    crop = [slice(None), slice(None)] + [slice(a + b, a + b + o) for a, b, o in zip(off, pb, out_sizes)]
+    return buf[tuple(crop)]
+
+
+# -- Conv ------------------------------------------------------------------------------------------
+
+_CONV_ATTRS = (
+    AttrSpec("auto_pad", "string", "NOTSET", "Automatic padding (deprecated): NOTSET uses pads.",
+             choices=AUTO_PADS),
+    AttrSpec("dilations", "ints", None, "Dilation per spatial axis (default 1)."),
+    AttrSpec("group", "int", 1, "Number of groups input and output channels are split into."),
+    AttrSpec("kernel_shape", "ints", None, "Kernel size per spatial axis (default: from W)."),
+    AttrSpec("pads", "ints", None, "Padding [x1_begin, x2_begin, ..., x1_end, x2_end, ...]."),
+    AttrSpec("strides", "ints", None, "Stride per spatial axis (default 1)."),
+)
+
+
+def _kernel_from(ctx: NodeContext, w_index: int = 1) -> list[int] | None:
+    k = ints(ctx.attrs.get("kernel_shape"))
+    if k:
+        return k
+    ws = ctx.shape(w_index)
+    if ws is None or not all(isinstance(d, int) for d in ws[2:]):
+        return None
+    return [int(d) for d in ws[2:]]
+
+
+def conv_nd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequence[int],
+            dils: Sequence[int], pb: Sequence[int], pe: Sequence[int], group: int) -> np.ndarray:
+    """N-D grouped convolution of NC... ``x`` with (M, C/group, *k) ``w``; returns compute dtype."""
+    cdt = compute_dtype(x.dtype)
+    x = x.astype(cdt, copy=False)
+    w = w.astype(cdt, copy=False)
+    n_batch, c_in = x.shape[:2]
+    m, cg = w.shape[:2]
+    kernel = list(w.shape[2:])
+    if cg * group != c_in:
+        raise OpError(f"Conv: input has {c_in} channels but W expects {cg} x group {group}")
+    if m % group:
+        raise OpError(f"Conv: {m} output channels are not divisible by group {group}")
+    mg = m // group
+    out = [(s + b + e - ((k - 1) * d + 1)) // st + 1
+           for s, b, e, k, d, st in zip(x.shape[2:], pb, pe, kernel, dils, strides)]
+    if min(out) < 1:
+        raise OpError(f"Conv: kernel {kernel} does not fit input {list(x.shape[2:])} with the given pads")
+    p = prod(out)
+    xp = pad_spatial(x, pb, pe)
+    ktot = prod(kernel)
+    if ktot == 1:
+        xs = tap_view(xp, [0] * len(kernel), out, strides, dils)
+        cols = xs.reshape(n_batch, group, cg, p)
+        if group == 1:
+            y = np.matmul(w.reshape(m, cg), cols[:, 0])
+        else:
+            y = np.matmul(w.reshape(group, mg, cg), cols)
+    else:
+        view = window_view(xp, kernel, out, strides, dils)
+        cols = view.reshape(n_batch, group, cg * ktot, p)
+        if group == 1:
+            y = np.matmul(w.reshape(m, cg * ktot), cols[:, 0])
+        else:
+            y = np.matmul(w.reshape(group, mg, cg * ktot), cols)
+    y = y.reshape(n_batch, m, *out)
+    if b is not None:
+        y += b.astype(cdt, copy=False).reshape((1, m) + (1,) * len(out))
+    return y
+
+
+@register("Conv", since=1)
+class ConvSpec(OpSpec):
+    """Convolution of an N-D image with a bank of filters."""
+
+    doc = "N-D convolution (groups, dilations, strides, explicit or automatic padding)."
+    inputs = (Port("X", doc="(N, C, D1, ...)"), Port("W", doc="(M, C/group, k1, ...)"),
+              Port("B", optional=True, doc="(M,) bias"))
+    outputs = (Port("Y"),)
+    attrs = _CONV_ATTRS
+
+    def infer(self, ctx: NodeContext) -> list[TensorType]:
+        """(N, M, *out_spatial) with the output sizes of the window geometry."""
+        xs, ws = ctx.shape(0), ctx.shape(1)
+        group = int(ctx.attrs["group"])
+        if group < 1:
+            raise OpError(f"group must be >= 1, got {group}")
+        m: Dim = ws[0] if ws is not None else None
+        if xs is not None and ws is not None:
+            if len(xs) != len(ws):
+                raise OpError(f"X has rank {len(xs)} but W has rank {len(ws)}")
+            c, cg = xs[1], ws[1]
+            if isinstance(c, int) and isinstance(cg, int) and c != cg * group:
+                raise OpError(f"X has {c} channels but W expects {cg} per group x {group} groups")
+            if isinstance(m, int) and m % group:
+                raise OpError(f"{m} output channels are not divisible by group {group}")
+        if xs is None and ws is None:
+            return [TensorType(ctx.dtype(0), None)]
+        if xs is None:
+            return [TensorType(ctx.dtype(0), (None, m, *([None] * (len(ws) - 2))))]
+        return [TensorType(ctx.dtype(0), infer_window_shape(ctx, _kernel_from(ctx), (xs[0], m)))]
+
+    def reference(self, ctx: RunContext, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+        """im2col + matmul per group."""
+        a = ctx.attrs
+        kernel = list(w.shape[2:])
+        ks = ints(a.get("kernel_shape"))
+        if ks and ks != kernel:
+            raise OpError(f"kernel_shape {ks} does not match W of shape {list(w.shape)}")
+        strides, dils = window_attrs(a, x.ndim - 2)
+        pb, pe, _ = window_geometry(x.shape[2:], kernel, strides, dils, a)
+        return conv_nd(x, w, b, strides, dils, pb, pe, int(a["group"])).astype(x.dtype, copy=False)
+
+    def work(self, ctx: NodeContext) -> Work:
+        """MACs = N * M * prod(out) * (C/group) * prod(kernel)."""
+        w = super().work(ctx)
+        ys, ws = ctx.out_type(0).shape, ctx.shape(1)
+        if ys is not None and ws is not None and all(isinstance(d, int) for d in (*ys, *ws[1:])):
+            w.macs = prod(ys) * prod(ws[1:])
+        return w
+
+
+# -- ConvTranspose ---------------------------------------------------------------------------------
+
+def _convtranspose_geometry(in_sizes: Sequence[Dim], kernel: Sequence[int], strides: Sequence[int],
+                            dils: Sequence[int], attrs: dict[str, Any]) -> tuple[list[int], list[Dim]]:
+    """(pads_begin, out_sizes) of a transposed convolution; out sizes may be symbolic/None."""
+    n = len(kernel)
+    auto_pad = attrs.get("auto_pad", "NOTSET") or "NOTSET"
+    if auto_pad not in AUTO_PADS:
+        raise OpError(f"unknown auto_pad {auto_pad!r}")
+    opad = ints(attrs.get("output_padding")) or [0] * n
+    oshape = ints(attrs.get("output_shape"))
+    if len(opad) != n:
+        raise OpError(f"output_padding {opad} does not match {n} spatial dims")
+    if oshape and len(oshape) > n:
+        oshape = oshape[-n:]  # a full (N, C, ...) shape: keep the spatial part
+    pb, pe = explicit_pads(attrs, n)
+    if auto_pad == "VALID":
+        pb, pe = [0] * n, [0] * n
+    outs: list[Dim] = []
+    for i in range(n):
+        size = in_sizes[i]
+        ek = (kernel[i] - 1) * dils[i] + 1
+        if not isinstance(size, int):
+            outs.append(oshape[i] if oshape else None)
+            continue
+        full = strides[i] * (size - 1) + opad[i] + ek
+        if oshape or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            target = oshape[i] if oshape else size * strides[i]
+            total = full - target
+            if not oshape:  # like onnxruntime: automatic padding never grows the output
+                total = max(total, 0)
+                target = full - total
+            half = total // 2
+            pb[i] = half if auto_pad == "SAME_UPPER" else total - half
+            outs.append(target)
+        else:
+            outs.append(full - pb[i] - pe[i])
+    return pb, outs
+
+
+@register("ConvTranspose", since=1)
+class ConvTransposeSpec(OpSpec):
+    """Transposed (fractionally strided) convolution."""
+
+    doc = "N-D transposed convolution (output_padding, output_shape, groups, dilations)."
+    inputs = (Port("X", doc="(N, C, D1, ...)"), Port("W", doc="(C, M/group, k1, ...)"),
+              Port("B", optional=True, doc="(M,) bias"))
+    outputs = (Port("Y"),)
+    attrs = (*_CONV_ATTRS,
+             AttrSpec("output_padding", "ints", None, "Extra size added at the end of each spatial axis."),
+             AttrSpec("output_shape", "ints", None, "Explicit output spatial shape (pads are derived)."))
+
+    def infer(self, ctx: NodeContext) -> list[TensorType]:
+        """(N, M, *out_spatial)."""
+        xs, ws = ctx.shape(0), ctx.shape(1)
+        group = int(ctx.attrs["group"])
+        m: Dim = ws[1] * group if ws is not None and isinstance(ws[1], int) else None
+        if xs is None:
+            return [TensorType(ctx.dtype(0), None if ws is None else (None, m, *([None] * (len(ws) - 2))))]
+        if ws is not None and isinstance(xs[1], int) and isinstance(ws[0], int) and xs[1] != ws[0]:
+            raise OpError(f"X has {xs[1]} channels but W has {ws[0]} input channels")
+        n = len(xs) - 2
+        kernel = _kernel_from(ctx)
+        if kernel is None:
+            return [TensorType(ctx.dtype(0), (xs[0], m, *([None] * n)))]
+        strides, dils = window_attrs(ctx.attrs, n)
+        _, outs = _convtranspose_geometry(xs[2:], kernel, strides, dils, ctx.attrs)
+        return [TensorType(ctx.dtype(0), (xs[0], m, *outs))]
+
+    def reference(self, ctx: RunContext, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+        """One matmul per group (batched), then col2im over the kernel taps."""
+        a = ctx.attrs
+        group = int(a["group"])
+        cdt = compute_dtype(x.dtype)
+        n_batch, c_in = x.shape[:2]
+        if w.shape[0] != c_in or c_in % group:
+            raise OpError(f"ConvTranspose: X has {c_in} channels, W has shape {list(w.shape)}, group {group}")
+        kernel = list(w.shape[2:])
+        n = len(kernel)
+        strides, dils = window_attrs(a, n)
+        pb, outs = _convtranspose_geometry(x.shape[2:], kernel, strides, dils, a)
+        cg, mg = c_in // group, w.shape[1]
+        grid = list(x.shape[2:])
+        wk = w.astype(cdt, copy=False).reshape(group, cg, mg * prod(kernel)).transpose(0, 2, 1)
+        xr = x.astype(cdt, copy=False).reshape(n_batch, group, cg, prod(grid))
+        cols = np.matmul(wk, xr).reshape(n_batch, group * mg, *kernel, *grid)
+        y = scatter_taps(cols, kernel, grid, strides, dils, pb, outs)  # type: ignore[arg-type]
+        if b is not None:
+            y += b.astype(cdt, copy=False).reshape((1, group * mg) + (1,) * n)
+        return y.astype(x.dtype, copy=False)
+
+    def work(self, ctx: NodeContext) -> Work:
+        """MACs = N * C * prod(in_spatial) * (M/group) * prod(kernel)."""
+        w = super().work(ctx)
+        xs, ws = ctx.shape(0), ctx.shape(1)
+        if xs is not None and ws is not None and all(isinstance(d, int) for d in (*xs, *ws[1:])):
+            w.macs = prod(xs) * prod(ws[1:])
+        return w
+
+
+# -- DeformConv ------------------------------------------------------------------------------------
+
+def _bilinear_gather(x: np.ndarray, py: np.ndarray, px: np.ndarray) -> np.ndarray:
+    """Sample (N, G, Cg, H, W) ``x`` at (N, G, K, P) float positions; zero outside the image."""
+    n_batch, g, cg, h, w = x.shape
+    flat = x.reshape(n_batch, g, cg, h * w)
+    y0 = np.floor(py)
+    x0 = np.floor(px)
+    ly, lx = py - y0, px - x0
+    y0 = y0.astype(np.int64)
+    x0 = x0.astype(np.int64)
+    k, p = py.shape[2:]
+    acc = np.zeros((n_batch, g, cg, k * p), dtype=x.dtype)
+    for dy, dx, wgt in ((0, 0, (1 - ly) * (1 - lx)), (0, 1, (1 - ly) * lx),
+                        (1, 0, ly * (1 - lx)), (1, 1, ly * lx)):
+        yy, xx = y0 + dy, x0 + dx
+        valid = (yy >= 0) & (yy < h) & (xx >= 0) & (xx < w)
+        idx = (np.clip(yy, 0, h - 1) * w + np.clip(xx, 0, w - 1)).reshape(n_batch, g, 1, k * p)
+        vals = np.take_along_axis(flat, np.broadcast_to(idx, (n_batch, g, cg, k * p)), axis=3)
+        acc += vals * np.where(valid, wgt, 0).astype(x.dtype).reshape(n_batch, g, 1, k * p)
+    return acc.reshape(n_batch, g * cg, k, p)
+
+
+@register("DeformConv", since=19)
+class DeformConvSpec(OpSpec):
+    """Deformable convolution: every kernel tap samples at a learned offset (bilinear)."""
+
+    doc = "2-D deformable convolution with per-tap offsets and an optional modulation mask."
+    inputs = (Port("X"), Port("W"), Port("offset"), Port("B", optional=True), Port("mask", optional=True))
+    outputs = (Port("Y"),)
+    attrs = (AttrSpec("dilations", "ints", None, "Dilation per spatial axis (default 1)."),
+             AttrSpec("group", "int", 1, "Number of channel groups."),
+             AttrSpec("kernel_shape", "ints", None, "Kernel size (default: from W)."),
+             AttrSpec("offset_group", "int", 1, "Number of channel groups sharing one offset field."),
+             AttrSpec("pads", "ints", None, "Padding [begin..., end...]."),
+             AttrSpec("strides", "ints", None, "Stride per spatial axis (default 1)."))
+
+    def infer(self, ctx: NodeContext) -> list[TensorType]:
+        """(N, M, *out_spatial) like Conv."""
+        xs, ws = ctx.shape(0), ctx.shape(1)
+        m: Dim = ws[0] if ws is not None else None
+        if xs is None:
+            return [TensorType(ctx.dtype(0), None)]
+        return [TensorType(ctx.dtype(0), infer_window_shape(ctx, _kernel_from(ctx), (xs[0], m)))]
+
+    def reference(self, ctx: RunContext, x: np.ndarray, w: np.ndarray, offset: np.ndarray,
+                  b: np.ndarray | None = None, mask: np.ndarray | None = None) -> np.ndarray:
+        """Bilinear sampling at offset taps into columns, then one matmul per group."""
+        a = ctx.attrs
+        if x.ndim != 4:
+            raise OpError("DeformConv supports 2-D images (rank-4 X)")
+        group, og = int(a["group"]), int(a["offset_group"])
+        cdt = compute_dtype(x.dtype)
+        n_batch, c_in, h, wd = x.shape
+        m, cg, kh, kw = w.shape
+        strides, dils = window_attrs(a, 2)
+        pb, pe = explicit_pads(a, 2)
+        oh = (h + pb[0] + pe[0] - ((kh - 1) * dils[0] + 1)) // strides[0] + 1
+        ow = (wd + pb[1] + pe[1] - ((kw - 1) * dils[1] + 1)) // strides[1] + 1
+        k = kh * kw
+        if c_in % og or cg * group != c_in:
+            raise OpError(f"DeformConv: {c_in} channels do not fit group {group} / offset_group {og}")
+        off = offset.astype(cdt, copy=False).reshape(n_batch, og, k, 2, oh * ow)
+        ti, tj = np.divmod(np.arange(k), kw)
+        base_y = (np.arange(oh)[None, :, None] * strides[0] - pb[0] + ti[:, None, None] * dils[0])
+        base_x = (np.arange(ow)[None, None, :] * strides[1] - pb[1] + tj[:, None, None] * dils[1])
+        py = np.broadcast_to(base_y, (k, oh, ow)).reshape(1, 1, k, oh * ow) + off[:, :, :, 0]
+        px = np.broadcast_to(base_x, (k, oh, ow)).reshape(1, 1, k, oh * ow) + off[:, :, :, 1]
+        xs = x.astype(cdt, copy=False).reshape(n_batch, og, c_in // og, h, wd)
+        cols = _bilinear_gather(xs, py, px)  # (N, C, K, P)
+        if mask is not None:
+            mk = mask.astype(cdt, copy=False).reshape(n_batch, og, 1, k, oh * ow)
+            cols = (cols.reshape(n_batch, og, c_in // og, k, oh * ow) * mk).reshape(n_batch, c_in, k, oh * ow)
+        cols = cols.reshape(n_batch, group, cg * k, oh * ow)
+        y = np.matmul(w.astype(cdt, copy=False).reshape(group, m // group, cg * k), cols)
+        y = y.reshape(n_batch, m, oh, ow)
+        if b is not None:
+            y += b.astype(cdt, copy=False).reshape(1, m, 1, 1)
+        return y.astype(x.dtype, copy=False)
+
+    def work(self, ctx: NodeContext) -> Work:
+        """MACs of the equivalent convolution (bilinear sampling not counted)."""
+        w = super().work(ctx)
+        ys, ws = ctx.out_type(0).shape, ctx.shape(1)
+        if ys is not None and ws is not None and all(isinstance(d, int) for d in (*ys, *ws[1:])):
+            w.macs = prod(ys) * prod(ws[1:])
+        return w
+
+
+# -- Col2Im ----------------------------------------------------------------------------------------
+
+@register("Col2Im", since=18)
+class Col2ImSpec(OpSpec):
+    """Rearrange column blocks back into an image, summing overlaps (inverse of im2col)."""
+
+    doc = "Combine sliding-window columns (N, C*prod(block), L) into an image (N, C, *image_shape)."
+    inputs = (Port("input"), Port("image_shape"), Port("block_shape"))
+    outputs = (Port("output"),)
+    attrs = (AttrSpec("dilations", "ints", None, "Dilation per spatial axis (default 1)."),
+             AttrSpec("pads", "ints", None, "Padding [begin..., end...]."),
+             AttrSpec("strides", "ints", None, "Stride per spatial axis (default 1)."))
+
+    def infer(self, ctx: NodeContext) -> list[TensorType]:
+        """(N, C, *image_shape) when image_shape and block_shape are constant."""
+        xs = ctx.shape(0)
+        img, blk = ctx.const(1), ctx.const(2)
+        n_batch: Dim = xs[0] if xs is not None else None
+        c: Dim = None
+        if blk is not None and xs is not None and isinstance(xs[1], int):
+            c = xs[1] // prod(ints(blk))
+        if img is not None:
+            return [TensorType(ctx.dtype(0), (n_batch, c, *ints(img)))]
+        ish = ctx.shape(1)
+        if ish is not None and isinstance(ish[0], int):
+            return [TensorType(ctx.dtype(0), (n_batch, c, *([None] * ish[0])))]
+        return [TensorType(ctx.dtype(0), None)]
+
+    def reference(self, ctx: RunContext, x: np.ndarray, image_shape: np.ndarray,
+                  block_shape: np.ndarray) -> np.ndarray:
+        """Scatter-add each block tap into the padded image, then crop the pads."""
+        img, blk = ints(image_shape), ints(block_shape)
+        n = len(img)
+        strides, dils = window_attrs(ctx.attrs, n)
+        pb, pe = explicit_pads(ctx.attrs, n)
+        grid = [(i + b + e - ((k - 1) * d + 1)) // s + 1 for i, b, e, k, d, s in zip(img, pb, pe, blk, dils, strides)]
+        n_batch, ck, length = x.shape
+        kb = prod(blk)
+        if ck % kb or prod(grid) != length:
+            raise OpError(f"Col2Im: input {list(x.shape)} does not match block {blk} over image {img}")
+        cdt = x.dtype if x.dtype.kind == "f" and x.dtype.itemsize >= 4 else compute_dtype(x.dtype)
+        cols = x.astype(cdt, copy=False).reshape(n_batch, ck // kb, *blk, *grid)
+        return scatter_taps(cols, blk, grid, strides, dils, pb, img).astype(x.dtype, copy=False)
+
+
+__all__ = ["conv_nd", "explicit_pads", "infer_window_shape", "pad_spatial", "scatter_taps",
+           "tap_view", "window_attrs", "window_geometry", "window_out_dim", "window_view"]

@@ -2,16 +2,19 @@
 
 from nodes import (  # noqa: F401
     activation,
+    cast,
     control,
     conv,
     elementwise,
+    indexing,
+    logical,
     matmul,
     normalization,
     pooling,
     quant_ops,
     recurrent,
-    resize,
-    indexing,
     reduce,
+    resize,
     shape_ops,
+    tensor_gen,
 )

@@ -1,1 +1,177 @@
-"""matmul ops."""
+"""Matrix products: MatMul (numpy semantics), Gemm and Det."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine.ir.types import Dim, TensorType
+from nodes._util import broadcast_shapes, prod
+from nodes.registry import register
+from nodes.spec import AttrSpec, NodeContext, OpError, OpSpec, Port, RunContext, Work
+
+_LOW_PRECISION = ("float16", "bfloat16")
+
+
+def _dim_mismatch(a: Dim, b: Dim) -> bool:
+    return isinstance(a, int) and isinstance(b, int) and a != b
+
+
+def matmul_shape(a: tuple[Dim, ...] | None, b: tuple[Dim, ...] | None) -> tuple[Dim, ...] | None:
+    """Output shape of numpy ``matmul`` for shapes that may hold symbolic or unknown dims."""
+    if a is None or b is None:
+        return None
+    if len(a) == 0 or len(b) == 0:
+        raise OpError("MatMul does not accept scalar operands")
+    a2 = (1, *a) if len(a) == 1 else tuple(a)
+    b2 = (*b, 1) if len(b) == 1 else tuple(b)
+    if _dim_mismatch(a2[-1], b2[-2]):
+        raise OpError(f"MatMul: inner dimensions differ: {tuple(a)} x {tuple(b)}")
+    batch = broadcast_shapes(a2[:-2], b2[:-2])
+    out: list[Dim] = list(batch or ())
+    if len(a) > 1:
+        out.append(a2[-2])
+    if len(b) > 1:
+        out.append(b2[-1])
+    return tuple(out)
+
+
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``np.matmul`` that folds batch dims into one BLAS call when B is a matrix.
+
+    float16/bfloat16 operands are multiplied in float32 (fp32 accumulation, as NPUs and
+    onnxruntime's CPU kernels do) and the result is rounded back to the input dtype.
+    """
+    dt = a.dtype
+    if dt.name in _LOW_PRECISION:
+        return matmul(a.astype(np.float32), b.astype(np.float32)).astype(dt)
+    if a.ndim > 2 and b.ndim == 2:
+        lead = a.shape[:-1]
+        return np.matmul(a.reshape(-1, a.shape[-1]), b).reshape(*lead, b.shape[-1])
+    return np.asarray(np.matmul(a, b))
+
+
+@register("MatMul", since=1)
+class MatMulSpec(OpSpec):
+    """Matrix product with numpy semantics (1-D operands, broadcast batch dims)."""
+
+    doc = "Matrix product like numpy.matmul: 1-D operands are promoted and batch dims broadcast."
+    inputs = (Port("A"), Port("B"))
+
+    def infer(self, ctx: NodeContext) -> list[TensorType]:
+        """Broadcast batch dims, M from A, N from B."""
+        return [TensorType(ctx.dtype(0), matmul_shape(ctx.shape(0), ctx.shape(1)))]
+
+    def reference(self, ctx: RunContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """numpy matmul keeping the input dtype."""
+        return matmul(a, b)
+
+    def work(self, ctx: NodeContext) -> Work:
+        """MACs = prod(batch) * M * K * N."""
+        w = super().work(ctx)
+        w.elem_ops = 0
+        a, b = ctx.type(0), ctx.type(1)
+        out = ctx.out_type(0)
+        if a.is_static and out.is_static and a.shape:
+            k = a.shape[-1]
+            w.macs = int(out.numel() or 0) * int(k)  # type: ignore[arg-type]
+        elif a.is_static and b.is_static and a.shape and b.shape:
+            shp = matmul_shape(a.shape, b.shape)
+            if shp is not None and all(isinstance(d, int) for d in shp):
+                w.macs = prod(shp) * int(a.shape[-1])  # type: ignore[arg-type]
+        return w
+
+
+@register("Gemm", since=1)
+class GemmSpec(OpSpec):
+    """Y = alpha * A' @ B' + beta * C with optional transposes and a broadcast C."""
+
+    doc = "General matrix multiply: alpha * op(A) @ op(B) + beta * C; C broadcasts to (M, N)."
+    inputs = (Port("A"), Port("B"), Port("C", optional=True))
+    attrs = (
+        AttrSpec("alpha", "float", 1.0, "Scalar multiplier of A @ B."),
+        AttrSpec("beta", "float", 1.0, "Scalar multiplier of C."),
+        AttrSpec("transA", "int", 0, "Transpose A first.", choices=(0, 1)),
+        AttrSpec("transB", "int", 0, "Transpose B first.", choices=(0, 1)),
+        AttrSpec("broadcast", "int", 0, "Opset < 7 only: allow C to broadcast."),
+    )
+
+    def _mkn(self, ctx: NodeContext) -> tuple[Dim, Dim, Dim]:
+        sa, sb = ctx.shape(0), ctx.shape(1)
+        m = k = n = None
+        k2 = None
+        if sa is not None:
+            if len(sa) != 2:
+                raise OpError(f"Gemm: A must be 2-D, got shape {tuple(sa)}")
+            m, k = (sa[1], sa[0]) if ctx.attrs["transA"] else (sa[0], sa[1])
+        if sb is not None:
+            if len(sb) != 2:
+                raise OpError(f"Gemm: B must be 2-D, got shape {tuple(sb)}")
+            k2, n = (sb[1], sb[0]) if ctx.attrs["transB"] else (sb[0], sb[1])
+        if _dim_mismatch(k, k2):
+            raise OpError(f"Gemm: inner dimensions differ ({k} vs {k2}) for A {sa} and B {sb}")
+        return m, (k if k is not None else k2), n
+
+    def infer(self, ctx: NodeContext) -> list[TensorType]:
+        """(M, N) with the dtype of A; C must broadcast to it."""
+        m, _, n = self._mkn(ctx)
+        if ctx.has_input(2) and ctx.shape(2) is not None:
+            sc = ctx.shape(2)
+            if len(sc) > 2:  # type: ignore[arg-type]
+                raise OpError(f"Gemm: C must have rank <= 2, got {tuple(sc)}")  # type: ignore[arg-type]
+            broadcast_shapes((m, n), sc)
+        return [TensorType(ctx.dtype(0), (m, n))]
+
+    def reference(self, ctx: RunContext, a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None) -> np.ndarray:
+        """BLAS product with alpha/beta; integer inputs stay integer when alpha and beta are 1."""
+        at = ctx.attrs
+        alpha, beta = float(at["alpha"]), float(at["beta"])
+        dt = a.dtype
+        if at["transA"]:
+            a = a.T
+        if at["transB"]:
+            b = b.T
+        if dt.kind in "iu" and (alpha != 1.0 or (c is not None and beta != 1.0)):
+            y = matmul(a.astype(np.float64), b.astype(np.float64)) * alpha
+            if c is not None:
+                y = y + beta * c.astype(np.float64)
+            return y.astype(dt)
+        y = matmul(a, b)
+        if alpha != 1.0:
+            y = y * np.asarray(alpha, dtype=y.dtype) if dt.kind == "f" else y * alpha
+        if c is not None and beta != 0.0:
+            cc = c if beta == 1.0 else c * np.asarray(beta, dtype=c.dtype)
+            y = y + cc
+        return y.astype(dt, copy=False)
+
+    def work(self, ctx: NodeContext) -> Work:
+        """MACs = M * K * N."""
+        w = super().work(ctx)
+        m, k, n = self._mkn(ctx)
+        if all(isinstance(d, int) for d in (m, k, n)):
+            w.macs = int(m) * int(k) * int(n)  # type: ignore[arg-type]
+            w.elem_ops = int(m) * int(n) if ctx.has_input(2) else 0  # type: ignore[arg-type]
+        return w
+
+
+@register("Det", since=11)
+class DetSpec(OpSpec):
+    """Determinant of square matrices in the last two dims."""
+
+    doc = "Determinant of the square matrices held in the last two dimensions."
+    inputs = (Port("X"),)
+
+    def infer(self, ctx: NodeContext) -> list[TensorType]:
+        """Drops the last two dims."""
+        s = ctx.shape(0)
+        if s is not None:
+            if len(s) < 2:
+                raise OpError(f"Det needs rank >= 2, got shape {tuple(s)}")
+            if _dim_mismatch(s[-1], s[-2]):
+                raise OpError(f"Det needs square matrices, got shape {tuple(s)}")
+            s = tuple(s[:-2])
+        return [TensorType(ctx.dtype(0), s)]
+
+    def reference(self, ctx: RunContext, x: np.ndarray) -> np.ndarray:
+        """numpy.linalg.det in float32/float64, cast back to the input dtype."""
+        work = x if x.dtype in (np.float32, np.float64) else x.astype(np.float32)
+        return np.asarray(np.linalg.det(work)).astype(x.dtype, copy=False)

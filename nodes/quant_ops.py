@@ -1,1 +1,532 @@
-"""quant_ops ops."""
+"""Linear quantization and integer kernels.
+
+QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, ConvInteger, MatMulInteger,
+QLinearConv and QLinearMatMul. The arithmetic is exact and mirrors an integer runtime: the
+division x / scale runs in the scale's precision (or the ``precision`` attribute), rounds half
+to even, adds the zero point and saturates to the target range. Integer accumulations are
+exact (float BLAS is used only where every partial sum is provably representable), and
+requantization multiplies the int32 accumulator by the float32 multiplier
+``x_scale * w_scale / y_scale`` and rounds half to even, as integer runtimes do.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from engine.ir.types import TensorType, np_dtype
+from nodes._util import norm_axis
+from nodes.conv import conv_nd, infer_window_shape, window_attrs, window_geometry
+from nodes.matmul import matmul, matmul_shape
+from nodes.registry import register
+from nodes.spec import AttrSpec, NodeContext, OpError, OpSpec, Port, RunContext, Work
+
+_SUB_BYTE_INTS = ("int4", "uint4", "int2", "uint2")
+
+
+def int_range(dtype: np.dtype) -> tuple[int, int] | None:
+    """(min, max) of an integer dtype, including ml_dtypes' int4/uint4/int2/uint2; else None."""
+    dt = np.dtype(dtype)
+    if dt.kind in "iu":
+        ii = np.iinfo(dt)
+        return int(ii.min), int(ii.max)
+    if dt.name in _SUB_BYTE_INTS:
+        ii = ml_dtypes.iinfo(dt)
+        return int(ii.min), int(ii.max)
+    return None
+
+
+def is_small_float(dtype: np.dtype) -> bool:
+    """True for the float8 / float6 / float4 element types of ml_dtypes."""
+    return np.dtype(dtype).name.startswith(("float8", "float6", "float4"))
+
+
+def _has_no_infinity(dtype: np.dtype) -> bool:
+    return np.dtype(dtype).name.startswith(("float4", "float6"))
+
+
+def compute_dtype(dtype: np.dtype) -> np.dtype:
+    """The numpy dtype arithmetic in ``dtype`` runs in (float32 for ml_dtypes floats and ints)."""
+    dt = np.dtype(dtype)
+    if dt in (np.float16, np.float32, np.float64):
+        return dt
+    return np.dtype(np.float32)
+
+
+def expand_param(param: np.ndarray, x_shape: tuple[int, ...], axis: int, block_size: int,
+                 what: str = "scale") -> np.ndarray:
+    """A scale or zero point reshaped/repeated so it broadcasts against the input.
+
+    Scalar: per tensor. 1-D: per axis along ``axis``. Same rank as the input with
+    ``block_size`` > 0: blocked along ``axis`` (each element repeated ``block_size`` times).
+    """
+    p = np.asarray(param)
+    rank = len(x_shape)
+    if p.ndim == 0:
+        return p
+    if block_size and block_size > 0:
+        if p.ndim != rank:
+            raise OpError(f"blocked quantization needs a {what} of rank {rank}, got shape {p.shape}")
+        a = norm_axis(axis, rank)
+        d = x_shape[a]
+        if p.shape[a] * block_size < d or (p.shape[a] - 1) * block_size >= d:
+            raise OpError(f"{what} shape {p.shape} with block_size {block_size} does not cover "
+                          f"dimension {a} of size {d}")
+        for k in range(rank):
+            if k != a and p.shape[k] != x_shape[k]:
+                raise OpError(f"blocked {what} shape {p.shape} does not match input shape {x_shape}")
+        return np.take(np.repeat(p, block_size, axis=a), np.arange(d), axis=a)
+    if p.ndim == 1:
+        if p.size == 1:
+            return p.reshape(())
+        if rank == 0:
+            raise OpError(f"a 1-D {what} needs an input of rank >= 1")
+        a = norm_axis(axis, rank)
+        if p.size != x_shape[a]:
+            raise OpError(f"per-axis {what} has {p.size} elements but input dimension {a} is {x_shape[a]}")
+        shape = [1] * rank
+        shape[a] = p.size
+        return p.reshape(shape)
+    if p.ndim == rank:
+        return p
+    raise OpError(f"{what} of shape {p.shape} fits neither per-tensor, per-axis nor blocked "
+                  f"quantization of an input of shape {x_shape}")
+
+
+def saturate_cast(q: np.ndarray, out_dtype: np.dtype, saturate: bool = True) -> np.ndarray:
+    """Cast a float array to the quantized type: clip to the integer range (values already
+    integral) or, for float8/float4, clip to +-max when saturating, then round to nearest even.
+
+    ``q`` may be modified in place.
+    """
+    out_dtype = np.dtype(out_dtype)
+    rng = int_range(out_dtype)
+    if rng is not None:
+        q = _clip_inplace(q, rng[0], rng[1])
+        return q.astype(out_dtype)
+    if is_small_float(out_dtype):
+        if saturate or _has_no_infinity(out_dtype):
+            m = float(ml_dtypes.finfo(out_dtype).max)
+            q = _clip_inplace(q, -m, m)
+        return q.astype(out_dtype)
+    return q.astype(out_dtype)
+
+
+def _clip_inplace(q: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """Clip into [lo, hi] keeping NaN (np.maximum/np.minimum with out= beat np.clip)."""
+    q = np.asarray(q)
+    if q.ndim == 0 or not q.flags.writeable:
+        return np.asarray(np.clip(q, lo, hi))
+    np.minimum(q, q.dtype.type(hi), out=q)
+    np.maximum(q, q.dtype.type(lo), out=q)
+    return q
+
+
+def quantize(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None, out_dtype: np.dtype,
+             axis: int = 1, block_size: int = 0, saturate: bool = True,
+             precision: np.dtype | None = None) -> np.ndarray:
+    """y = saturate(round_half_even(x / scale) + zero_point) in ``out_dtype`` (ONNX QuantizeLinear)."""
+    out_dtype = np.dtype(out_dtype)
+    calc = compute_dtype(precision if precision is not None else scale.dtype)
+    s = expand_param(scale, x.shape, axis, block_size).astype(calc, copy=False)
+    q = np.divide(x.astype(calc, copy=False), s)
+    zp = None
+    if zero_point is not None:
+        zp = expand_param(zero_point, x.shape, axis, block_size, "zero point")
+    acc = np.promote_types(calc, np.float32)
+    q = np.array(q, dtype=acc, copy=q.dtype != acc or q.ndim == 0)
+    if int_range(out_dtype) is not None:
+        np.rint(q, out=q)
+    elif not is_small_float(out_dtype):
+        raise OpError(f"QuantizeLinear cannot quantize to {out_dtype.name}")
+    if zp is not None:
+        q = np.add(q, zp.astype(acc), out=q if q.shape == np.broadcast_shapes(q.shape, zp.shape) else None)
+    return saturate_cast(q, out_dtype, saturate)
+
+
+def dequantize(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None, out_dtype: np.dtype,
+               axis: int = 1, block_size: int = 0) -> np.ndarray:
+    """y = (x - zero_point) * scale; the subtraction is exact, the product runs in ``out_dtype``."""
+    out_dtype = np.dtype(out_dtype)
+    calc = compute_dtype(out_dtype)
+    s = expand_param(scale, x.shape, axis, block_size).astype(calc, copy=False)
+    if int_range(x.dtype) is not None:
+        wide = np.int64 if x.dtype.itemsize >= 4 else np.int32
+        d = x.astype(wide)
+        if zero_point is not None:
+            d = d - expand_param(zero_point, x.shape, axis, block_size, "zero point").astype(wide)
+    else:
+        d = x.astype(np.float32)
+        if zero_point is not None:
+            d = d - expand_param(zero_point, x.shape, axis, block_size, "zero point").astype(np.float32)
+    y = d.astype(calc) * s
+    return y.astype(out_dtype, copy=False)
+
+
+def _dtype_attr(code: int) -> np.dtype | None:
+    if not code:
+        return None
+    try:
+        return np_dtype(int(code))
+    except KeyError:
+        raise OpError(f"unknown ONNX element type {code}") from None
+
+
+def _check_param_shape(ctx: NodeContext, i: int, what: str) -> None:
+    """Raise when a scale/zero point can be seen to mismatch the input statically."""
+    sx, sp = ctx.shape(0), ctx.shape(i)
+    if sx is None or sp is None or len(sp) != 1 or len(sx) == 0:
+        return
+    if ctx.attrs.get("block_size", 0):
+        return
+    n = sp[0]
+    a = norm_axis(int(ctx.attrs.get("axis", 1)), len(sx))
+    d = sx[a]
+    if isinstance(n, int) and isinstance(d, int) and n not in (1, d):
+        raise OpError(f"per-axis {what} has {n} elements but input dimension {a} is {d}")
+
+
+@register("QuantizeLinear", since=10)
+class QuantizeLinearSpec(OpSpec):
+    """Float -> quantized integer/float8/float4 with per-tensor, per-axis or blocked scales."""
+
+    doc = ("y = saturate(round_half_even(x / y_scale) + y_zero_point). The target type comes from "
+           "output_dtype, else y_zero_point, else uint8.")
+    inputs = (Port("x"), Port("y_scale"), Port("y_zero_point", optional=True))
+    outputs = (Port("y"),)
+    attrs = (
+        AttrSpec("axis", "int", 1, "Quantization axis for per-axis and blocked scales."),
+        AttrSpec("block_size", "int", 0, "Block size of blocked quantization (opset 21+); 0: none."),
+        AttrSpec("output_dtype", "int", 0, "ONNX element type of y (opset 21+); 0: from y_zero_point."),
+        AttrSpec("saturate", "int", 1, "float8 targets: clip out-of-range values to +-max."),
+        AttrSpec("precision", "int", 0, "ONNX element type of the division; 0: the scale's type."),
+    )
+
+    def _out_dtype(self, zp_dtype: np.dtype | None, attrs: dict, has_zp: bool) -> np.dtype | None:
+        od = _dtype_attr(attrs.get("output_dtype", 0))
+        if od is not None:
+            if zp_dtype is not None and np.dtype(zp_dtype) != od:
+                raise OpError(f"output_dtype {od.name} differs from the zero point type {np.dtype(zp_dtype).name}")
+            return od
+        if has_zp:
+            return zp_dtype
+        return np.dtype(np.uint8)
+
+    def infer(self, ctx: NodeContext) -> list[TensorType]:
+        """Shape of x; dtype from output_dtype / y_zero_point / uint8."""
+        _check_param_shape(ctx, 1, "scale")
+        dt = self._out_dtype(ctx.dtype(2), ctx.attrs, ctx.has_input(2))
+        return [TensorType(dt, ctx.shape(0))]
+
+    def reference(self, ctx: RunContext, x: np.ndarray, scale: np.ndarray,
+                  zp: np.ndarray | None = None) -> np.ndarray:
+        """Exact quantization (round half to even, saturation)."""
+        a = ctx.attrs
+        out = self._out_dtype(zp.dtype if zp is not None else None, a, zp is not None)
+        return quantize(x, scale, zp, out, axis=int(a["axis"]), block_size=int(a["block_size"]),
+                        saturate=bool(a["saturate"]), precision=_dtype_attr(a.get("precision", 0)))
+
+
+@register("DequantizeLinear", since=10)
+class DequantizeLinearSpec(OpSpec):
+    """Quantized -> float with per-tensor, per-axis or blocked scales."""
+
+    doc = "y = (x - x_zero_point) * x_scale; y has the type of x_scale unless output_dtype is set."
+    inputs = (Port("x"), Port("x_scale"), Port("x_zero_point", optional=True))
+    outputs = (Port("y"),)
+    attrs = (
+        AttrSpec("axis", "int", 1, "Quantization axis for per-axis and blocked scales."),
+        AttrSpec("block_size", "int", 0, "Block size of blocked quantization (opset 21+); 0: none."),
+        AttrSpec("output_dtype", "int", 0, "ONNX element type of y (opset 23+); 0: the scale's type."),
+    )
+
+    @staticmethod
+    def _out_dtype(scale_dtype: np.dtype | None, attrs: dict) -> np.dtype | None:
+        od = _dtype_attr(attrs.get("output_dtype", 0))
+        return od if od is not None else scale_dtype
+
+    def infer(self, ctx: NodeContext) -> list[TensorType]:
+        """Shape of x, dtype of the scale (or output_dtype)."""
+        _check_param_shape(ctx, 1, "scale")
+        return [TensorType(self._out_dtype(ctx.dtype(1), ctx.attrs), ctx.shape(0))]
+
+    def reference(self, ctx: RunContext, x: np.ndarray, scale: np.ndarray,
+                  zp: np.ndarray | None = None) -> np.ndarray:
+        """Exact integer subtraction, then one multiply in the output precision."""
+        a = ctx.attrs
+        out = self._out_dtype(scale.dtype, a)
+        return dequantize(x, scale, zp, out, axis=int(a["axis"]), block_size=int(a["block_size"]))
+
+
+@register("DynamicQuantizeLinear", since=11)
+class DynamicQuantizeLinearSpec(OpSpec):
+    """uint8 quantization with scale and zero point computed from the data range."""
+
+    doc = ("Computes scale = (max(0, max x) - min(0, min x)) / 255 and a uint8 zero point, then "
+           "quantizes x with them.")
+    inputs = (Port("x"),)
+    outputs = (Port("y"), Port("y_scale"), Port("y_zero_point"))
+
+    def infer(self, ctx: NodeContext) -> list[TensorType]:
+        """y: uint8 shaped like x; y_scale float32 and y_zero_point uint8 scalars."""
+        return [TensorType(np.dtype(np.uint8), ctx.shape(0)),
+                TensorType(np.dtype(np.float32), ()),
+                TensorType(np.dtype(np.uint8), ())]
+
+    def reference(self, ctx: RunContext, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """float32 arithmetic with round half to even, as the ONNX function body specifies."""
+        xf = x.astype(np.float32, copy=False)
+        lo = np.float32(min(0.0, float(xf.min()))) if xf.size else np.float32(0)
+        hi = np.float32(max(0.0, float(xf.max()))) if xf.size else np.float32(0)
+        scale = np.float32((hi - lo) / np.float32(255))
+        if scale == 0:
+            zp = np.uint8(0)
+            return np.zeros(x.shape, np.uint8), np.asarray(scale), np.asarray(zp)
+        zp_f = np.clip(np.rint(np.float32(0) - lo / scale), 0, 255)
+        zp = np.asarray(zp_f).astype(np.uint8)
+        y = quantize(xf, np.asarray(scale), zp, np.dtype(np.uint8))
+        return y, np.asarray(scale), zp
+
+
+# -- integer kernels -------------------------------------------------------------------------------
+
+_F32_EXACT = 2**24
+
+
+def _centered(x: np.ndarray, zp: np.ndarray | None) -> np.ndarray:
+    """x - zero_point as int32 (zp already shaped to broadcast)."""
+    d = x.astype(np.int32)
+    if zp is not None:
+        d = d - np.asarray(zp).astype(np.int32)
+    return d
+
+
+def _exact_float(a: np.ndarray, b: np.ndarray, k: int) -> np.dtype:
+    """float32 when every partial sum of k products of a and b is exactly representable."""
+    amax = int(np.abs(a).max()) if a.size else 0
+    bmax = int(np.abs(b).max()) if b.size else 0
+    return np.dtype(np.float32) if amax * bmax * max(k, 1) <= _F32_EXACT else np.dtype(np.float64)
+
+
+def int_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Exact int32 matmul of int32 operands through float BLAS."""
+    k = a.shape[-1]
+    dt = _exact_float(a, b, k)
+    return np.rint(matmul(a.astype(dt), b.astype(dt))).astype(np.int32)
+
+
+def _row_param(p: np.ndarray | None, a_ndim: int) -> np.ndarray | None:
+    """A per-row (M) parameter of the left operand as an (M, 1) column; scalars stay scalars."""
+    if p is None:
+        return None
+    p = np.asarray(p)
+    if p.ndim == 1 and p.size > 1 and a_ndim >= 2:
+        return p.reshape(-1, 1)
+    return p.reshape(()) if p.size == 1 else p
+
+
+def _col_param(p: np.ndarray | None) -> np.ndarray | None:
+    """A per-column (N) parameter of the right operand (broadcasts along the last axis)."""
+    if p is None:
+        return None
+    p = np.asarray(p)
+    return p.reshape(()) if p.size == 1 else p
+
+
+def requantize(acc: np.ndarray, multiplier: np.ndarray, zp: np.ndarray | None,
+               out_dtype: np.dtype) -> np.ndarray:
+    """saturate(round_half_even(float32(acc) * multiplier) + zp) in ``out_dtype``."""
+    y = np.rint(acc.astype(np.float32) * multiplier)
+    if zp is not None:
+        y = y + np.asarray(zp).astype(np.float32)
+    return saturate_cast(y, out_dtype)
+
+
+def _f32(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x).astype(np.float32)
+
+
+def _conv_geometry(a: dict, x: np.ndarray, w: np.ndarray) -> tuple[list[int], list[int], list[int], list[int]]:
+    kernel = list(w.shape[2:])
+    ks = [int(k) for k in (a.get("kernel_shape") or [])]
+    if ks and ks != kernel:
+        raise OpError(f"kernel_shape {ks} does not match W of shape {list(w.shape)}")
+    strides, dils = window_attrs(a, x.ndim - 2)
+    pb, pe, _ = window_geometry(x.shape[2:], kernel, strides, dils, a)
+    return strides, dils, pb, pe
+
+
+def int_conv(x: np.ndarray, w: np.ndarray, attrs: dict) -> np.ndarray:
+    """Exact int32 convolution of centered (int32) x and w through the float Conv kernel."""
+    strides, dils, pb, pe = _conv_geometry(attrs, x, w)
+    k = int(np.prod(w.shape[1:]))
+    dt = _exact_float(x, w, k)
+    y = conv_nd(x.astype(dt), w.astype(dt), None, strides, dils, pb, pe, int(attrs["group"]))
+    return np.rint(y).astype(np.int32)
+
+
+def _w_channel_param(p: np.ndarray | None, w_ndim: int) -> np.ndarray | None:
+    """A per-output-channel (M) parameter of W shaped (M, 1, 1, ...)."""
+    if p is None:
+        return None
+    p = np.asarray(p)
+    if p.size == 1:
+        return p.reshape(())
+    return p.reshape((-1,) + (1,) * (w_ndim - 1))
+
+
+def _conv_infer(ctx: NodeContext, w_index: int, dtype: np.dtype | None) -> list[TensorType]:
+    xs, ws = ctx.shape(0), ctx.shape(w_index)
+    m = ws[0] if ws is not None else None
+    if xs is None:
+        rank = len(ws) if ws is not None else None
+        return [TensorType(dtype, None if rank is None else (None, m, *([None] * (rank - 2))))]
+    kernel = [int(k) for k in (ctx.attrs.get("kernel_shape") or [])] or None
+    if kernel is None and ws is not None and all(isinstance(d, int) for d in ws[2:]):
+        kernel = [int(d) for d in ws[2:]]
+    return [TensorType(dtype, infer_window_shape(ctx, kernel, (xs[0], m)))]
+
+
+def _conv_macs(ctx: NodeContext, w_index: int) -> int:
+    ys, ws = ctx.out_type(0).shape, ctx.shape(w_index)
+    if ys is not None and ws is not None and all(isinstance(d, int) for d in (*ys, *ws[1:])):
+        n = 1
+        for d in (*ys, *ws[1:]):
+            n *= int(d)
+        return n
+    return 0
+
+
+def _matmul_macs(ctx: NodeContext, a_index: int) -> int:
+    a, out = ctx.type(a_index), ctx.out_type(0)
+    if a.is_static and out.is_static and a.shape:
+        return int(out.numel() or 0) * int(a.shape[-1])  # type: ignore[arg-type]
+    return 0
+
+
+_CONV_ATTRS = (
+    AttrSpec("auto_pad", "string", "NOTSET", "Automatic padding: NOTSET uses pads.",
+             choices=("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")),
+    AttrSpec("dilations", "ints", None, "Dilation per spatial axis (default 1)."),
+    AttrSpec("group", "int", 1, "Number of channel groups."),
+    AttrSpec("kernel_shape", "ints", None, "Kernel size per spatial axis (default: from W)."),
+    AttrSpec("pads", "ints", None, "Padding [x1_begin, ..., x1_end, ...]."),
+    AttrSpec("strides", "ints", None, "Stride per spatial axis (default 1)."),
+)
+
+
+@register("ConvInteger", since=10)
+class ConvIntegerSpec(OpSpec):
+    """Integer convolution with zero points, int32 output."""
+
+    doc = "int32 Y = conv(x - x_zero_point, w - w_zero_point); w_zero_point may be per output channel."
+    inputs = (Port("x"), Port("w"), Port("x_zero_point", optional=True), Port("w_zero_point", optional=True))
+    outputs = (Port("y"),)
+    attrs = _CONV_ATTRS
+
+    def infer(self, ctx: NodeContext) -> list[TensorType]:
+        """Conv output shape, int32."""
+        return _conv_infer(ctx, 1, np.dtype(np.int32))
+
+    def reference(self, ctx: RunContext, x: np.ndarray, w: np.ndarray, x_zp: np.ndarray | None = None,
+                  w_zp: np.ndarray | None = None) -> np.ndarray:
+        """Exact integer convolution (padding contributes x_zero_point, i.e. zero)."""
+        xc = _centered(x, x_zp)
+        wc = _centered(w, _w_channel_param(w_zp, w.ndim))
+        return int_conv(xc, wc, ctx.attrs)
+
+    def work(self, ctx: NodeContext) -> Work:
+        """MACs as for Conv."""
+        w = super().work(ctx)
+        w.macs = _conv_macs(ctx, 1)
+        return w
+
+
+@register("QLinearConv", since=10)
+class QLinearConvSpec(OpSpec):
+    """Quantized convolution: integer accumulation, bias and requantization."""
+
+    doc = ("y = saturate(round(conv(x - x_zp, w - w_zp) + B) * x_scale * w_scale / y_scale) + y_zp); "
+           "w_scale/w_zero_point may be per output channel.")
+    inputs = (Port("x"), Port("x_scale"), Port("x_zero_point"), Port("w"), Port("w_scale"),
+              Port("w_zero_point"), Port("y_scale"), Port("y_zero_point"), Port("B", optional=True))
+    outputs = (Port("y"),)
+    attrs = _CONV_ATTRS
+
+    def infer(self, ctx: NodeContext) -> list[TensorType]:
+        """Conv output shape with the type of y_zero_point (else of x)."""
+        dt = ctx.dtype(7) if ctx.has_input(7) else ctx.dtype(0)
+        return _conv_infer(ctx, 3, dt)
+
+    def reference(self, ctx: RunContext, x: np.ndarray, x_scale: np.ndarray, x_zp: np.ndarray | None,
+                  w: np.ndarray, w_scale: np.ndarray, w_zp: np.ndarray | None, y_scale: np.ndarray,
+                  y_zp: np.ndarray | None, b: np.ndarray | None = None) -> np.ndarray:
+        """int32 accumulation + bias, float32 requantization rounding half to even."""
+        acc = int_conv(_centered(x, x_zp), _centered(w, _w_channel_param(w_zp, w.ndim)), ctx.attrs)
+        nsp = x.ndim - 2
+        if b is not None:
+            acc = acc + b.astype(np.int32).reshape((1, -1) + (1,) * nsp)
+        ws = np.asarray(w_scale)
+        ws = ws.reshape(()) if ws.size == 1 else ws.reshape((1, -1) + (1,) * nsp)
+        mult = (_f32(x_scale).reshape(()) * _f32(ws)) / _f32(y_scale).reshape(())
+        out = y_zp.dtype if y_zp is not None else x.dtype
+        return requantize(acc, mult, None if y_zp is None else np.asarray(y_zp).reshape(()), out)
+
+    def work(self, ctx: NodeContext) -> Work:
+        """MACs as for Conv."""
+        w = super().work(ctx)
+        w.macs = _conv_macs(ctx, 3)
+        return w
+
+
+@register("MatMulInteger", since=10)
+class MatMulIntegerSpec(OpSpec):
+    """Integer matmul with zero points, int32 output."""
+
+    doc = ("int32 Y = (A - a_zero_point) @ (B - b_zero_point); a_zero_point may be per row, "
+           "b_zero_point per column.")
+    inputs = (Port("A"), Port("B"), Port("a_zero_point", optional=True), Port("b_zero_point", optional=True))
+
+    def infer(self, ctx: NodeContext) -> list[TensorType]:
+        """MatMul shape, int32."""
+        return [TensorType(np.dtype(np.int32), matmul_shape(ctx.shape(0), ctx.shape(1)))]
+
+    def reference(self, ctx: RunContext, a: np.ndarray, b: np.ndarray, a_zp: np.ndarray | None = None,
+                  b_zp: np.ndarray | None = None) -> np.ndarray:
+        """Exact integer product."""
+        return int_matmul(_centered(a, _row_param(a_zp, a.ndim)), _centered(b, _col_param(b_zp)))
+
+    def work(self, ctx: NodeContext) -> Work:
+        """MACs as for MatMul."""
+        w = super().work(ctx)
+        w.macs = _matmul_macs(ctx, 0)
+        return w
+
+
+@register("QLinearMatMul", since=10)
+class QLinearMatMulSpec(OpSpec):
+    """Quantized matmul: integer accumulation and requantization."""
+
+    doc = "y = saturate(round((a - a_zp) @ (b - b_zp) * a_scale * b_scale / y_scale) + y_zp)."
+    inputs = (Port("a"), Port("a_scale"), Port("a_zero_point"), Port("b"), Port("b_scale"),
+              Port("b_zero_point"), Port("y_scale"), Port("y_zero_point"))
+
+    def infer(self, ctx: NodeContext) -> list[TensorType]:
+        """MatMul shape with the type of y_zero_point."""
+        dt = ctx.dtype(7) if ctx.has_input(7) else ctx.dtype(0)
+        return [TensorType(dt, matmul_shape(ctx.shape(0), ctx.shape(3)))]
+
+    def reference(self, ctx: RunContext, a: np.ndarray, a_scale: np.ndarray, a_zp: np.ndarray | None,
+                  b: np.ndarray, b_scale: np.ndarray, b_zp: np.ndarray | None, y_scale: np.ndarray,
+                  y_zp: np.ndarray | None) -> np.ndarray:
+        """int32 accumulation, float32 requantization rounding half to even."""
+        acc = int_matmul(_centered(a, _row_param(a_zp, a.ndim)), _centered(b, _col_param(b_zp)))
+        mult = (_f32(_row_param(a_scale, a.ndim)) * _f32(_col_param(b_scale))) / _f32(_col_param(y_scale))
+        out = y_zp.dtype if y_zp is not None else a.dtype
+        return requantize(acc, mult, _col_param(y_zp), out)
+
+    def work(self, ctx: NodeContext) -> Work:
+        """MACs as for MatMul."""
+        w = super().work(ctx)
+        w.macs = _matmul_macs(ctx, 0)
+        return w

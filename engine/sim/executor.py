@@ -77,14 +77,18 @@ def _all_reads(node: Node) -> list[str]:
 
 
 def _first(res: Any) -> np.ndarray:
-    return res if isinstance(res, np.ndarray) else np.asarray(list(res)[0])
+    return res if isinstance(res, np.ndarray) else np.asarray(next(iter(res)))
 
 
 class Executor:
     """Runs graphs; one instance caches plans for a graph and its subgraphs."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, max_bytes: int | None = None) -> None:
+        from engine.sim.memory import default_memory_limit
+
         self.graph = graph
+        self.max_bytes = max_bytes if max_bytes is not None else default_memory_limit()
+        self._checked: set[tuple] = set()
         self._plans: dict[int, _Plan] = {}
         self._env_stack: list[Mapping[str, Any]] = []
         self._hook: NodeHook | None = None
@@ -98,7 +102,17 @@ class Executor:
 
     def run(self, feeds: Mapping[str, np.ndarray], keep_all: bool = False,
             hook: NodeHook | None = None) -> dict[str, np.ndarray]:
-        """Execute the graph; returns the outputs (every value when ``keep_all``)."""
+        """Execute the graph; returns the outputs (every value when ``keep_all``).
+
+        Before the first run with given input shapes, the peak memory is estimated and a run
+        that would exceed ``max_bytes`` is refused (ExecutionError) instead of exhausting the machine.
+        """
+        key = (self.graph.version, self.max_bytes, tuple(sorted((k, np.shape(v)) for k, v in feeds.items())))
+        if key not in self._checked:
+            from engine.sim.memory import check_memory
+
+            check_memory(self.graph, feeds, self.max_bytes)
+            self._checked.add(key)
         self._hook = hook
         try:
             return self._run(self.graph, feeds, ChainMap(), keep_all)
@@ -130,8 +144,10 @@ class Executor:
                     res = step.spec.reference(step.ctx, *args)
                     if step.activation is not None:
                         res = [run_activation(step.node, _first(res), step.ctx.opset)]
-                except (OpError, ExecutionError):
+                except ExecutionError:
                     raise
+                except OpError as exc:
+                    raise ExecutionError(f"node {step.node.name!r} ({step.node.op_type}): {exc}") from exc
                 except (ValueError, IndexError, TypeError, ZeroDivisionError, OverflowError,
                         MemoryError, AssertionError) as exc:
                     raise ExecutionError(f"node {step.node.name!r} ({step.node.op_type}) failed: {exc}") from exc

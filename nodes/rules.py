@@ -1,0 +1,233 @@
+"""Generic NPU support rules: small predicates whose docstring is the user-facing message.
+
+A rule is ``rule(ctx, constraints) -> bool``: True when the node meets it on the target.
+``ctx`` is the node's NodeContext (types inferred), ``constraints`` the target's merged
+``OpConstraints`` for the op type (engine/hw/target.py). The docstring, formatted with the
+constraint fields (``{max_kernel}``, ``{op_type}``, ``{dtypes}`` ...), is what a red node's
+tooltip, the fallback table and SUPPORTED_OPS.md say. Each rule also carries a ``fix`` hint
+(what the user can change) and may carry a ``detail`` function naming the offending value.
+
+Placement evaluates ``COMMON`` for every op, then the op's own ``OpSpec.rules`` (for example
+``WINDOW_RULES`` on Conv and the pools).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from engine.ir.types import TensorType, dtype_name
+from nodes.spec import NodeContext, Verdict
+
+if TYPE_CHECKING:
+    from engine.hw.target import OpConstraints
+
+Rule = Callable[[NodeContext, "OpConstraints"], bool]
+
+_DTYPE_BYTES = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "float16": 2, "bfloat16": 2,
+                "int32": 4, "uint32": 4, "float32": 4, "int64": 8, "uint64": 8, "float64": 8}
+
+
+def rule(fix: str, detail: Callable[[NodeContext, Any], str] | None = None) -> Callable[[Rule], Rule]:
+    """Decorator attaching a fix hint (format fields allowed) and an optional detail function."""
+
+    def deco(fn: Rule) -> Rule:
+        fn.fix = fix  # type: ignore[attr-defined]
+        fn.detail = detail  # type: ignore[attr-defined]
+        return fn
+
+    return deco
+
+
+def _runtime_types(ctx: NodeContext) -> list[TensorType]:
+    """Types of the tensors the NPU holds at run time: non-constant inputs and the outputs."""
+    out = [t for i, t in enumerate(ctx.input_types) if t is not None and ctx.const(i) is None]
+    out.extend(t for t in ctx.output_types if t is not None)
+    return out
+
+
+def _npu_dtype(t: TensorType, c: OpConstraints) -> str | None:
+    """The dtype a tensor has on the NPU: float tensors take the target's precision."""
+    if t.dtype is None:
+        return None
+    if np.dtype(t.dtype).kind == "f" or dtype_name(t.dtype) == "bfloat16":
+        return c.precision_dtype
+    return dtype_name(t.dtype)
+
+
+def _npu_bytes(t: TensorType, c: OpConstraints) -> int | None:
+    n = t.numel()
+    dt = _npu_dtype(t, c)
+    if n is None or dt is None:
+        return None
+    return n * _DTYPE_BYTES.get(dt, 4)
+
+
+# -- COMMON: every op ------------------------------------------------------------------------------
+@rule(fix="replace {op_type} with ops the NPU runs, or move it out of the model (pre/post-processing)")
+def op_listed(ctx: NodeContext, c: OpConstraints) -> bool:
+    """The op type must be one of the NPU's supported ops ({op_type} is not listed for {target})."""
+    return c.listed
+
+
+def _dynamic_detail(ctx: NodeContext, c: Any) -> str:
+    for t in _runtime_types(ctx):
+        if not t.is_static:
+            return f"shape {t}"
+    return ""
+
+
+@rule(fix="fix the dynamic input dimensions with --shape NAME=D0,D1,...", detail=_dynamic_detail)
+def static_shapes(ctx: NodeContext, c: OpConstraints) -> bool:
+    """Every input and output shape must be static (fully known at compile time) on this NPU."""
+    if not c.static_shapes:
+        return True
+    return all(t.is_static for t in _runtime_types(ctx))
+
+
+def _dtype_detail(ctx: NodeContext, c: Any) -> str:
+    bad = sorted({d for t in _runtime_types(ctx) if (d := _npu_dtype(t, c)) is not None and d not in c.dtypes})
+    return f"has {', '.join(bad)}" if bad else ""
+
+
+@rule(fix="keep the data in a supported type (cast before the op, or compute indices on the CPU)",
+      detail=_dtype_detail)
+def dtype_supported(ctx: NodeContext, c: OpConstraints) -> bool:
+    """Tensor element types must be one of {dtypes} on this NPU (float tensors run as {precision})."""
+    if not c.dtypes:
+        return True
+    for t in _runtime_types(ctx):
+        dt = _npu_dtype(t, c)
+        if dt is not None and dt not in c.dtypes:
+            return False
+    return True
+
+
+def _rank_detail(ctx: NodeContext, c: Any) -> str:
+    ranks = [t.rank for t in _runtime_types(ctx) if t.rank is not None]
+    return f"rank {max(ranks)}" if ranks else ""
+
+
+@rule(fix="reshape to at most {max_rank} dimensions around the op", detail=_rank_detail)
+def rank_limit(ctx: NodeContext, c: OpConstraints) -> bool:
+    """Tensors must have rank at most {max_rank} on this NPU."""
+    if c.max_rank is None:
+        return True
+    return all(t.rank is None or t.rank <= c.max_rank for t in _runtime_types(ctx))
+
+
+def _size_detail(ctx: NodeContext, c: Any) -> str:
+    sizes = [b for t in _runtime_types(ctx) if (b := _npu_bytes(t, c)) is not None]
+    return f"largest tensor {max(sizes) / 1024:.0f} KiB" if sizes else ""
+
+
+@rule(fix="split the tensor (tile the op along a spatial or batch axis)", detail=_size_detail)
+def tensor_size_limit(ctx: NodeContext, c: OpConstraints) -> bool:
+    """Each input and output tensor must be at most {max_tensor_kib} KiB on this NPU."""
+    limit = c.max_tensor_bytes
+    if limit is None:
+        return True
+    for t in _runtime_types(ctx):
+        b = _npu_bytes(t, c)
+        if b is not None and b > limit:
+            return False
+    return True
+
+
+COMMON: tuple[Rule, ...] = (op_listed, static_shapes, dtype_supported, rank_limit, tensor_size_limit)
+"""Rules every op must meet on the NPU (evaluated before the op's own ``spec.rules``)."""
+
+
+# -- WINDOW: Conv, ConvTranspose and the pooling ops -------------------------------------------
+def kernel_dims(ctx: NodeContext) -> list[int]:
+    """Spatial kernel size of a window op: the kernel_shape attribute or the weight's trailing dims."""
+    ks = ctx.attrs.get("kernel_shape")
+    if ks:
+        return [int(k) for k in ks]
+    if ctx.n_inputs > 1:
+        w = ctx.shape(1)
+        if w is not None and len(w) > 2 and all(isinstance(d, int) for d in w[2:]):
+            return [int(d) for d in w[2:]]  # type: ignore[arg-type]
+    return []
+
+
+def _ints_attr(ctx: NodeContext, name: str) -> list[int]:
+    v = ctx.attrs.get(name)
+    return [int(x) for x in v] if v else []
+
+
+@rule(fix="use kernels of at most {max_kernel} (split a large kernel into a stack of smaller ones)",
+      detail=lambda ctx, c: "kernel " + "x".join(str(k) for k in kernel_dims(ctx)))
+def kernel_size_limit(ctx: NodeContext, c: OpConstraints) -> bool:
+    """Kernel height and width must be at most {max_kernel} on this NPU."""
+    if c.max_kernel is None:
+        return True
+    return all(k <= c.max_kernel for k in kernel_dims(ctx))
+
+
+@rule(fix="use strides of at most {max_stride} (stride 1 followed by a strided pool or subsampling)",
+      detail=lambda ctx, c: "strides " + "x".join(str(s) for s in _ints_attr(ctx, "strides")))
+def stride_limit(ctx: NodeContext, c: OpConstraints) -> bool:
+    """Strides must be at most {max_stride} on this NPU."""
+    if c.max_stride is None:
+        return True
+    return all(s <= c.max_stride for s in _ints_attr(ctx, "strides"))
+
+
+@rule(fix="use dilations of at most {max_dilation} (or an equivalent larger, sparse kernel)",
+      detail=lambda ctx, c: "dilations " + "x".join(str(s) for s in _ints_attr(ctx, "dilations")))
+def dilation_limit(ctx: NodeContext, c: OpConstraints) -> bool:
+    """Dilations must be at most {max_dilation} on this NPU."""
+    if c.max_dilation is None:
+        return True
+    return all(d <= c.max_dilation for d in _ints_attr(ctx, "dilations"))
+
+
+WINDOW_RULES: tuple[Rule, ...] = (kernel_size_limit, stride_limit, dilation_limit)
+"""Rules of sliding-window ops (Conv, ConvTranspose, MaxPool, AveragePool, LpPool)."""
+
+
+# -- evaluation ---------------------------------------------------------------------------------
+def message(fn: Rule, c: OpConstraints) -> str:
+    """The rule's docstring formatted with the constraint fields (one line)."""
+    doc = " ".join((fn.__doc__ or fn.__name__).split())
+    try:
+        return doc.format(**c.fields())
+    except (KeyError, IndexError, ValueError):
+        return doc
+
+
+def fix_hint(fn: Rule, c: OpConstraints) -> str:
+    """The rule's fix hint formatted with the constraint fields."""
+    text = getattr(fn, "fix", "") or ""
+    try:
+        return text.format(**c.fields())
+    except (KeyError, IndexError, ValueError):
+        return text
+
+
+def evaluate(ctx: NodeContext, c: OpConstraints, rules: tuple[Rule, ...]) -> Verdict:
+    """Run the rules in order; a Verdict naming every failed rule (first one in ``rule``)."""
+    failed: list[tuple[Rule, str]] = []
+    for fn in rules:
+        try:
+            ok = fn(ctx, c)
+        except (ValueError, TypeError, IndexError, KeyError) as exc:
+            failed.append((fn, f"{message(fn, c)} (could not check: {exc})"))
+            continue
+        if not ok:
+            text = message(fn, c)
+            detail_fn = getattr(fn, "detail", None)
+            if detail_fn is not None:
+                try:
+                    detail = detail_fn(ctx, c)
+                except (ValueError, TypeError, IndexError, KeyError):
+                    detail = ""
+                if detail:
+                    text = f"{text.rstrip('.')} (node: {detail})."
+            failed.append((fn, text))
+    if not failed:
+        return Verdict(True)
+    return Verdict(False, " ".join(t for _, t in failed), ",".join(fn.__name__ for fn, _ in failed))

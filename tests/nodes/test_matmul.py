@@ -1,0 +1,118 @@
+"""MatMul / Gemm / Det: numpy semantics, shape inference with symbolic dims and MAC counts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import engine
+from engine.ir.infer import node_context
+from nodes.matmul import matmul_shape
+from nodes.spec import OpError
+
+
+def _load(nodes, inputs, outputs, inits=(), opset=17):
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+                          [helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in outputs],
+                          initializer=[numpy_helper.from_array(v, k) for k, v in inits])
+    return engine.load(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]), check=False)
+
+
+def _work(graph):
+    node = graph.nodes[0]
+    ctx = node_context(node)
+    return ctx.spec.work(ctx)
+
+
+@pytest.mark.parametrize(("a", "b", "out"), [
+    (("N", "S", 64), (64, 128), ("N", "S", 128)),
+    ((4,), ("B", 4, 5), ("B", 5)),
+    (("B", 3, 4), (4,), ("B", 3)),
+    ((4,), (4,), ()),
+    ((2, 1, 3, 4), (5, 4, 6), (2, 5, 3, 6)),
+    (("batch", 8, "S", 64), ("batch", 8, 64, "S"), ("batch", 8, "S", "S")),
+])
+def test_matmul_infer_shapes(a, b, out):
+    g = _load([helper.make_node("MatMul", ["a", "b"], ["y"])],
+              [("a", TensorProto.FLOAT, a), ("b", TensorProto.FLOAT, b)], ["y"])
+    assert g.outputs[0].type.shape == out
+    assert g.outputs[0].type.dtype == np.float32
+
+
+def test_matmul_inner_dim_mismatch_is_an_error():
+    with pytest.raises(OpError, match="inner dimensions"):
+        matmul_shape((2, 3), (4, 5))
+
+
+def test_matmul_values_match_numpy_and_keep_dtype():
+    rng = np.random.default_rng(0)
+    g = _load([helper.make_node("MatMul", ["a", "b"], ["y"])],
+              [("a", TensorProto.FLOAT16, (2, 1, 3, 4)), ("b", TensorProto.FLOAT16, (5, 4, 6))], ["y"])
+    a = rng.standard_normal((2, 1, 3, 4)).astype(np.float16)
+    b = rng.standard_normal((5, 4, 6)).astype(np.float16)
+    y = engine.execute(g, {"a": a, "b": b})["y"]
+    assert y.dtype == np.float16
+    assert y.shape == (2, 5, 3, 6)
+    np.testing.assert_allclose(y, np.matmul(a.astype(np.float32), b.astype(np.float32)), rtol=2e-3, atol=2e-3)
+
+
+def test_matmul_vector_vector_gives_scalar():
+    g = _load([helper.make_node("MatMul", ["a", "b"], ["y"])],
+              [("a", TensorProto.FLOAT, (3,)), ("b", TensorProto.FLOAT, (3,))], ["y"])
+    y = engine.execute(g, {"a": np.array([1, 2, 3], np.float32), "b": np.array([4, 5, 6], np.float32)})["y"]
+    assert isinstance(y, np.ndarray)
+    assert y.shape == ()
+    assert float(y) == 32.0
+
+
+def test_matmul_macs():
+    g = _load([helper.make_node("MatMul", ["a", "w"], ["y"])], [("a", TensorProto.FLOAT, (8, 16, 32))], ["y"],
+              inits=[("w", np.zeros((32, 64), np.float32))])
+    w = _work(g)
+    assert w.macs == 8 * 16 * 32 * 64
+    assert w.weight_bytes == 32 * 64 * 4
+
+
+def test_gemm_transposes_alpha_beta_and_broadcast_c():
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((5, 3)).astype(np.float32)  # transA -> (3, 5)
+    b = rng.standard_normal((4, 5)).astype(np.float32)  # transB -> (5, 4)
+    c = rng.standard_normal((4,)).astype(np.float32)
+    g = _load([helper.make_node("Gemm", ["a", "b", "c"], ["y"], alpha=0.5, beta=2.0, transA=1, transB=1)],
+              [("a", TensorProto.FLOAT, (5, 3)), ("b", TensorProto.FLOAT, (4, 5)), ("c", TensorProto.FLOAT, (4,))],
+              ["y"])
+    assert g.outputs[0].type.shape == (3, 4)
+    y = engine.execute(g, {"a": a, "b": b, "c": c})["y"]
+    np.testing.assert_allclose(y, 0.5 * a.T @ b.T + 2.0 * c, rtol=1e-5, atol=1e-6)
+    assert y.dtype == np.float32
+
+
+def test_gemm_without_c_and_macs():
+    g = _load([helper.make_node("Gemm", ["a", "w"], ["y"], transB=1)], [("a", TensorProto.FLOAT, ("N", 20))],
+              ["y"], inits=[("w", np.ones((30, 20), np.float32))])
+    assert g.outputs[0].type.shape == ("N", 30)
+    y = engine.execute(g, {"a": np.ones((2, 20), np.float32)})["y"]
+    assert y.shape == (2, 30)
+    assert np.all(y == 20)
+
+    g2 = _load([helper.make_node("Gemm", ["a", "w"], ["y"], transB=1)], [("a", TensorProto.FLOAT, (10, 20))],
+               ["y"], inits=[("w", np.ones((30, 20), np.float32))])
+    assert _work(g2).macs == 10 * 20 * 30
+
+
+def test_gemm_integer_stays_integer():
+    g = _load([helper.make_node("Gemm", ["a", "b", "c"], ["y"])],
+              [("a", TensorProto.INT32, (2, 2)), ("b", TensorProto.INT32, (2, 2)), ("c", TensorProto.INT32, (1, 2))],
+              ["y"])
+    a = np.array([[1, 2], [3, 4]], np.int32)
+    y = engine.execute(g, {"a": a, "b": a, "c": np.array([[10, 20]], np.int32)})["y"]
+    assert y.dtype == np.int32
+    np.testing.assert_array_equal(y, a @ a + np.array([[10, 20]]))
+
+
+def test_det_batched():
+    x = np.array([[[2, 0], [0, 3]], [[1, 2], [3, 4]]], np.float32)
+    g = _load([helper.make_node("Det", ["x"], ["y"])], [("x", TensorProto.FLOAT, ("B", 2, 2))], ["y"])
+    assert g.outputs[0].type.shape == ("B",)
+    np.testing.assert_allclose(engine.execute(g, {"x": x})["y"], [6.0, -2.0], rtol=1e-6)

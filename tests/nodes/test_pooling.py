@@ -1,0 +1,116 @@
+"""Pooling: window shapes (ceil mode, symbolic dims), MaxPool indices, divisors, unpooling, ROI ops."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import engine
+from engine.ir.infer import node_context
+
+
+def _load(nodes, inputs, outputs, inits=(), opset=17):
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+                          [helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in outputs],
+                          initializer=[numpy_helper.from_array(v, k) for k, v in inits])
+    return engine.load(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]), check=False)
+
+
+def _pool(op, x_shape, n_out=1, dtype=TensorProto.FLOAT, opset=17, **attrs):
+    outs = ["y", "i"][:n_out]
+    return _load([helper.make_node(op, ["x"], outs, **attrs)], [("x", dtype, x_shape)], outs, opset=opset)
+
+
+@pytest.mark.parametrize(("op", "x_shape", "attrs", "out"), [
+    ("MaxPool", ("N", 64, 112, 112), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+     ("N", 64, 56, 56)),
+    ("MaxPool", (1, 1, 4, 4), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}, (1, 1, 2, 2)),
+    # ceil mode: a last window that would start in the end padding is dropped
+    ("AveragePool", (1, 1, 5, 5), {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [0, 0, 1, 1],
+                                   "ceil_mode": 1}, (1, 1, 3, 3)),
+    ("AveragePool", ("N", "C", "H", "W"), {"kernel_shape": [3, 3], "auto_pad": "SAME_UPPER"}, ("N", "C", "H", "W")),
+    ("LpPool", (2, 3, 9), {"kernel_shape": [3], "strides": [2], "dilations": [2]}, (2, 3, 3)),
+    ("GlobalAveragePool", ("N", 2048, 7, 7), {}, ("N", 2048, 1, 1)),
+    ("GlobalMaxPool", (1, 8, "D", "H", "W"), {}, (1, 8, 1, 1, 1)),
+])
+def test_pool_infer_shapes(op, x_shape, attrs, out):
+    g = _pool(op, x_shape, **attrs)
+    assert g.outputs[0].type.shape == out
+
+
+def test_maxpool_indices_follow_onnx_convention():
+    x = np.array([[[[1, 9, 2], [3, 4, 8], [7, 5, 6]]], [[[0, 0, 0], [0, 0, 0], [0, 0, 5]]]], np.float32)
+    g = _pool("MaxPool", x.shape, n_out=2, kernel_shape=[2, 2])
+    assert g.outputs[1].type.dtype == np.int64
+    res = engine.execute(g, {"x": x})
+    np.testing.assert_array_equal(res["y"][0, 0], [[9, 9], [7, 8]])
+    # flat index into the whole (N, C, H, W) input, row major; ties keep the first maximum
+    np.testing.assert_array_equal(res["i"][0, 0], [[1, 1], [6, 5]])
+    np.testing.assert_array_equal(res["i"][1, 0], [[9, 10], [12, 17]])
+    g = _pool("MaxPool", x.shape, n_out=2, kernel_shape=[2, 2], storage_order=1)
+    np.testing.assert_array_equal(engine.execute(g, {"x": x})["i"][0, 0], [[3, 3], [2, 7]])
+
+
+def test_maxpool_uint8_pads_with_the_type_minimum():
+    x = np.array([[[[3, 200], [17, 4]]]], np.uint8)
+    g = _pool("MaxPool", x.shape, dtype=TensorProto.UINT8, kernel_shape=[2, 2], pads=[1, 1, 0, 0])
+    y = engine.execute(g, {"x": x})["y"]
+    assert y.dtype == np.uint8
+    np.testing.assert_array_equal(y[0, 0], [[3, 200], [17, 200]])
+
+
+def test_averagepool_divisor_with_and_without_padding():
+    x = np.ones((1, 1, 3, 3), np.float32)
+    args = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
+    y = engine.execute(_pool("AveragePool", x.shape, **args), {"x": x})["y"]
+    np.testing.assert_allclose(y, np.ones((1, 1, 3, 3)))  # padding excluded from the count
+    y = engine.execute(_pool("AveragePool", x.shape, count_include_pad=1, **args), {"x": x})["y"]
+    np.testing.assert_allclose(y[0, 0], np.array([[4, 6, 4], [6, 9, 6], [4, 6, 4]]) / 9)
+
+
+def test_pool_work_counts_window_taps():
+    g = _pool("AveragePool", (1, 16, 8, 8), kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    ctx = node_context(g.nodes[0])
+    assert ctx.spec.work(ctx).macs == 16 * 4 * 4 * 9
+
+
+def test_maxunpool_inverts_maxpool_positions():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3, 4, 6)).astype(np.float32)
+    g = _load([helper.make_node("MaxPool", ["x"], ["p", "i"], kernel_shape=[2, 2], strides=[2, 2]),
+               helper.make_node("MaxUnpool", ["p", "i"], ["y"], kernel_shape=[2, 2], strides=[2, 2])],
+              [("x", TensorProto.FLOAT, x.shape)], ["y"])
+    assert g.outputs[0].type.shape == (2, 3, 4, 6)
+    y = engine.execute(g, {"x": x})["y"]
+    blocks = x.reshape(2, 3, 2, 2, 3, 2).max(axis=(3, 5))
+    assert np.count_nonzero(y) == blocks.size
+    np.testing.assert_allclose(np.sort(y[y != 0]), np.sort(blocks.ravel()))
+
+
+def test_roialign_half_pixel_is_opset_dependent():
+    x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+    rois = np.array([[0, 0, 2, 2]], np.float32)
+    feeds = {"x": x, "r": rois, "b": np.zeros(1, np.int64)}
+
+    def run(opset, **attrs):
+        g = _load([helper.make_node("RoiAlign", ["x", "r", "b"], ["y"], output_height=1, output_width=1,
+                                    sampling_ratio=1, **attrs)],
+                  [("x", TensorProto.FLOAT, x.shape), ("r", TensorProto.FLOAT, rois.shape),
+                   ("b", TensorProto.INT64, (1,))], ["y"], opset=opset)
+        assert g.outputs[0].type.shape == (1, 1, 1, 1)
+        return float(engine.execute(g, feeds)["y"].ravel()[0])
+
+    # opset 10 has no half-pixel shift: the single sample sits at (1, 1) -> x[1, 1] = 5
+    assert run(10) == pytest.approx(5.0)
+    # opset 16+ defaults to half_pixel: the sample moves to (0.5, 0.5) -> 2.5
+    assert run(16) == pytest.approx(2.5)
+    assert run(16, coordinate_transformation_mode="output_half_pixel") == pytest.approx(5.0)
+
+
+def test_maxpool_work_counts_compares_not_macs():
+    g = _pool("MaxPool", (1, 16, 8, 8), kernel_shape=[2, 2], strides=[2, 2])
+    ctx = node_context(g.nodes[0])
+    w = ctx.spec.work(ctx)
+    assert w.macs == 0
+    assert w.elem_ops == 16 * 4 * 4 * 4
