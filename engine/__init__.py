@@ -7,12 +7,17 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from engine.errors import ExecutionError, InputError, ModelError
 from engine.ir.graph import Graph
 from engine.loader import load
+
+if TYPE_CHECKING:
+    from engine.hw.target import HardwareTarget
+    from engine.sim.timeline import SimOptions, SimResult
 
 __all__ = ["ExecutionError", "Graph", "InputError", "ModelError", "execute", "load", "supported_ops"]
 __version__ = "0.1.0"
@@ -38,13 +43,30 @@ def executor_for(graph: Graph):
     return ex
 
 
-def execute(graph: Graph, feeds: Mapping[str, np.ndarray], keep_all: bool = False) -> dict[str, np.ndarray]:
+def execute(graph: Graph, feeds: Mapping[str, np.ndarray], keep_all: bool = False,
+            max_bytes: int | None = None) -> dict[str, np.ndarray]:
     """Run the graph with the numpy executor; returns output name -> array.
 
     With ``keep_all`` every intermediate value is returned too. Feeds are checked against the
     declared inputs first (missing, unknown, wrong rank, dtype or fixed dimension: InputError).
+    A run whose estimated peak memory exceeds ``max_bytes`` (default: half of physical memory)
+    is refused with an ExecutionError before anything is allocated.
     """
     from engine.sim.feeds import check_feeds
 
     feeds = check_feeds(graph, feeds)
-    return executor_for(graph).run(feeds, keep_all=keep_all)
+    ex = executor_for(graph)
+    if max_bytes is not None:
+        ex.max_bytes = max_bytes
+    return ex.run(feeds, keep_all=keep_all)
+
+
+def simulate(graph: Graph, target: HardwareTarget | str, options: SimOptions | None = None) -> SimResult:
+    """Place ``graph`` on a hardware target and simulate one inference (engine.sim.timeline).
+
+    ``target`` is a HardwareTarget, a bundled target name or a target YAML path; returns a
+    SimResult whose ``to_json()`` is the ``simulate --json`` document.
+    """
+    from engine.sim.timeline import simulate as _simulate
+
+    return _simulate(graph, target, options)

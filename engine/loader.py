@@ -11,10 +11,12 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 from onnx import ModelProto, TensorProto
 
+from engine.diagnostics import WARNING, Diagnostic
 from engine.errors import ModelError
 from engine.ir import onnx_io
 from engine.ir.graph import Graph
@@ -104,7 +106,9 @@ def load_external_data(model: ModelProto, base_dir: Path | None, where: str) -> 
         except ValueError:
             raise ModelError(f"{where}: tensor {t.name!r} external data has a non-integer offset or length") from None
         size = real.stat().st_size
-        if offset < 0 or offset > size or (length is not None and (length < 0 or offset + length > size)):
+        if offset < 0 or (length is not None and length < 0):
+            raise ModelError(f"{where}: tensor {t.name!r} external data has a negative offset or length")
+        if offset > size or (length is not None and (length < 0 or offset + length > size)):
             raise ModelError(f"{where}: tensor {t.name!r} external data offset {offset} length {length} is past "
                              f"the end of {loc!r} ({size} bytes)")
         with open(real, "rb") as fh:
@@ -185,6 +189,22 @@ def load_proto(proto: ModelProto, where: str, base_dir: Path | None,
             raise ModelError(f"{where}: invalid model: {first}") from None
     if shapes:
         fix_shapes(graph, shapes, where)
-    graph.diagnostics = infer_shapes(graph)  # type: ignore[attr-defined]
+    graph.diagnostics = weight_diagnostics(graph) + infer_shapes(graph)  # type: ignore[attr-defined]
     graph.source_path = where  # type: ignore[attr-defined]
     return graph
+
+
+def weight_diagnostics(graph: Graph) -> list[Diagnostic]:
+    """Warnings for float initializers holding NaN or infinite values (legal, rarely intended)."""
+    out = []
+    for name, v in graph.initializers.items():
+        arr = v.const
+        if arr is None or arr.dtype.kind != "f" or arr.size == 0:
+            continue
+        finite = np.isfinite(arr.astype(np.float32, copy=False)) if arr.dtype.itemsize < 4 else np.isfinite(arr)
+        bad = int(arr.size - np.count_nonzero(finite))
+        if bad:
+            users = ", ".join(sorted({n.name for n, _ in v.uses()})[:3]) or "nothing"
+            out.append(Diagnostic(WARNING, None, "non-finite-weights",
+                                  f"initializer {name!r} holds {bad} NaN or infinite value(s) (read by {users})"))
+    return out

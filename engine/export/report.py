@@ -147,7 +147,9 @@ def render_report(doc: dict[str, Any]) -> str:
          f"target: {escape(sim['target_summary']['description'])}</div>",
          "<div class='cards'>" + "".join(f"<div class='card'><b>{escape(v)}</b><span>{escape(k)}</span></div>"
                                          for v, k in cards) + "</div>"]
-    warns = [d for d in doc.get("diagnostics", []) if d["severity"] in ("warning", "error")]
+    # Fallbacks have their own table below; the warning list keeps everything else.
+    warns = [d for d in doc.get("diagnostics", []) if d["severity"] in ("warning", "error")
+             and d.get("code") != "npu-fallback"]
     if warns:
         h.append("<h2>Warnings</h2><ul>" + "".join(
             f"<li class='{escape(d['severity'])}'>{escape(d['message'])}"

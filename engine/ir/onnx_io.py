@@ -48,12 +48,14 @@ def _type_from_proto(tp: onnx.TypeProto) -> TensorType:
     try:
         dtype = np_dtype(tt.elem_type) if tt.elem_type else None
     except KeyError:
-        dtype = None
+        raise ConversionError(f"unknown element type {tt.elem_type}") from None
     shape: tuple[Dim, ...] | None = None
     if tt.HasField("shape"):
         dims: list[Dim] = []
         for d in tt.shape.dim:
             if d.HasField("dim_value"):
+                if d.dim_value < 0:
+                    raise ConversionError(f"negative dimension {d.dim_value}")
                 dims.append(int(d.dim_value))
             elif d.HasField("dim_param") and d.dim_param:
                 dims.append(d.dim_param)
@@ -94,7 +96,10 @@ def _graph_from_proto(gp: GraphProto, parent: Graph | None) -> Graph:
     g.doc_string = gp.doc_string
     types: dict[str, TensorType] = {}
     for vi in list(gp.value_info) + list(gp.input) + list(gp.output):
-        types[vi.name] = _type_from_proto(vi.type)
+        try:
+            types[vi.name] = _type_from_proto(vi.type)
+        except ConversionError as exc:
+            raise ConversionError(f"value {vi.name!r} of graph {gp.name!r}: {exc}") from None
 
     for t in gp.initializer:
         arr = tensor_to_array(t)

@@ -1,0 +1,188 @@
+"""Mutation fuzzing of the loader and the executor.
+
+A case is a seed: it picks a real model (a bundled demo or a small built one), mutates either its
+bytes (flip, cut, splice, duplicate) or its protobuf structure (drop fields, change dims, swap
+types, rename inputs, remove initializers, change opsets and attributes), then loads and, when the
+load succeeds, executes it on zero inputs. The property: a clean user-facing error or success,
+never another exception, never a hang (a per-case alarm).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from functools import lru_cache
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+import engine
+from engine.errors import ExecutionError, InputError, ModelError
+from tests.models import demo_model
+
+CLEAN = (ModelError, InputError, ExecutionError)
+MAX_INPUT_ELEMENTS = 1_000_000
+
+
+class CaseTimeout(Exception):
+    """A fuzz case ran past its time budget (a hang)."""
+
+
+@lru_cache(maxsize=1)
+def seeds_models() -> list[bytes]:
+    """Serialized base models to mutate."""
+    out = []
+    for name in ("digits_cnn", "transformer_demo", "mobilenet_demo"):
+        p = demo_model(name)
+        if p.exists():
+            out.append(p.read_bytes())
+    from tests.hostile.make_corpus import _conv_model, _if_model, _loop
+
+    out.append(_conv_model().SerializeToString())
+    out.append(_if_model(onnx.helper.make_graph(
+        [onnx.helper.make_node("Relu", ["x"], ["t"], name="t")], "then", [],
+        [onnx.helper.make_tensor_value_info("t", TensorProto.FLOAT, [1, 3, 8, 8])])).SerializeToString())
+    out.append(_loop(3).SerializeToString())
+    return out
+
+
+def _mutate_bytes(data: bytes, rng: np.random.Generator) -> bytes:
+    b = bytearray(data)
+    for _ in range(int(rng.integers(1, 6))):
+        kind = int(rng.integers(0, 5))
+        if not b:
+            break
+        i = int(rng.integers(0, len(b)))
+        if kind == 0:
+            b[i] ^= 1 << int(rng.integers(0, 8))
+        elif kind == 1:
+            del b[i:]
+        elif kind == 2:
+            j = min(len(b), i + int(rng.integers(1, 64)))
+            del b[i:j]
+        elif kind == 3:
+            j = min(len(b), i + int(rng.integers(1, 64)))
+            b[i:i] = b[i:j]
+        else:
+            b[i] = int(rng.integers(0, 256))
+    return bytes(b)
+
+
+_ELEM_TYPES = [TensorProto.FLOAT, TensorProto.INT64, TensorProto.UINT8, TensorProto.FLOAT16, TensorProto.BOOL,
+               TensorProto.STRING, TensorProto.INT8, TensorProto.DOUBLE, 0, 42]
+
+
+def _mutate_structure(data: bytes, rng: np.random.Generator) -> bytes:
+    m = onnx.ModelProto()
+    m.ParseFromString(data)
+    g = m.graph
+    for _ in range(int(rng.integers(1, 4))):
+        kind = int(rng.integers(0, 11))
+        if kind == 0 and g.node:
+            del g.node[int(rng.integers(0, len(g.node)))]
+        elif kind == 1 and g.input:
+            dims = g.input[0].type.tensor_type.shape.dim
+            if dims:
+                dims[int(rng.integers(0, len(dims)))].dim_value = int(rng.choice([0, 1, 2, 7, 10**9, 2**40]))
+        elif kind == 2 and g.input:
+            g.input[int(rng.integers(0, len(g.input)))].type.tensor_type.elem_type = int(rng.choice(_ELEM_TYPES))
+        elif kind == 3 and g.initializer:
+            del g.initializer[int(rng.integers(0, len(g.initializer)))]
+        elif kind == 4 and g.node:
+            n = g.node[int(rng.integers(0, len(g.node)))]
+            if n.input:
+                n.input[int(rng.integers(0, len(n.input)))] = str(rng.choice(["", "nowhere", g.input[0].name]))
+        elif kind == 5:
+            m.opset_import[0].version = int(rng.choice([1, 6, 9, 11, 13, 17, 21, 23, 30, 1000]))
+        elif kind == 6 and g.node:
+            n = g.node[int(rng.integers(0, len(g.node)))]
+            if n.attribute:
+                a = n.attribute[int(rng.integers(0, len(n.attribute)))]
+                if a.type == onnx.AttributeProto.INT:
+                    a.i = int(rng.choice([-1, 0, 3, 10**6, -(2**40)]))
+                elif a.type == onnx.AttributeProto.INTS and a.ints:
+                    a.ints[int(rng.integers(0, len(a.ints)))] = int(rng.choice([-3, 0, 99, 10**7]))
+                elif a.type == onnx.AttributeProto.FLOAT:
+                    a.f = float(rng.choice([np.nan, np.inf, -1e30, 0.0]))
+                else:
+                    del n.attribute[int(rng.integers(0, len(n.attribute)))]
+        elif kind == 7 and g.node:
+            n = g.node[int(rng.integers(0, len(g.node)))]
+            n.op_type = str(rng.choice(["Relu", "Conv", "Reshape", "Loop", "Gather", "NoSuchOp", "If", "Resize"]))
+        elif kind == 8 and g.initializer:
+            t = g.initializer[int(rng.integers(0, len(g.initializer)))]
+            if t.dims:
+                t.dims[int(rng.integers(0, len(t.dims)))] = int(rng.choice([0, 1, 3, 10**6]))
+        elif kind == 9 and g.node and len(g.node) > 1:
+            i, j = (int(x) for x in rng.choice(len(g.node), 2, replace=False))
+            a, b = onnx.NodeProto(), onnx.NodeProto()
+            a.CopyFrom(g.node[i])
+            b.CopyFrom(g.node[j])
+            g.node[i].CopyFrom(b)
+            g.node[j].CopyFrom(a)
+        elif kind == 10 and g.output:
+            g.output[0].name = str(rng.choice(["", "x", "phantom", g.input[0].name if g.input else "x"]))
+    return m.SerializeToString()
+
+
+def make_case(seed: int) -> bytes:
+    """The mutated model bytes of one seed."""
+    rng = np.random.default_rng(seed)
+    bases = seeds_models()
+    data = bases[int(rng.integers(0, len(bases)))]
+    if rng.random() < 0.4:
+        return _mutate_bytes(data, rng)
+    try:
+        return _mutate_structure(data, rng)
+    except Exception:
+        return _mutate_bytes(data, rng)
+
+
+def _feeds(graph) -> dict[str, np.ndarray] | None:
+    feeds = {}
+    for v in graph.inputs:
+        t = v.type
+        if not t.is_static or t.dtype is None or (t.numel() or 0) > MAX_INPUT_ELEMENTS:
+            return None
+        feeds[v.name] = np.zeros([int(d) for d in t.shape], t.dtype)  # type: ignore[union-attr]
+    return feeds
+
+
+def _alarm(signum, frame):
+    raise CaseTimeout
+
+
+def run_case(seed: int, timeout_s: int = 10) -> tuple[str, str]:
+    """("ok"|"clean-error"|"BUG"|"TIMEOUT", message). Only the last two break the property."""
+    data = make_case(seed)
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(timeout_s)
+    try:
+        graph = engine.load(_proto(data))
+        feeds = _feeds(graph)
+        if feeds is not None:
+            engine.execute(graph, feeds)
+        return "ok", ""
+    except CLEAN as exc:
+        return "clean-error", _shape_of(str(exc))
+    except CaseTimeout:
+        return "TIMEOUT", f"seed {seed} ran longer than {timeout_s} s"
+    except Exception as exc:
+        return "BUG", f"seed {seed}: {type(exc).__name__}: {exc}"
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _proto(data: bytes):
+    """Parse like the CLI does (bytes -> checked ModelProto), via the loader's own parser."""
+    from engine.loader import parse_model
+
+    return parse_model(data, "fuzz.onnx")
+
+
+def _shape_of(message: str) -> str:
+    """An error message with names and numbers blanked, to count distinct kinds."""
+    message = re.sub(r"'[^']*'", "'…'", message)
+    return re.sub(r"\d+", "N", message)[:120]
