@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from engine.ir.types import Dim, TensorType
@@ -9,7 +10,7 @@ from nodes._util import broadcast_shapes, prod
 from nodes.registry import register
 from nodes.spec import AttrSpec, NodeContext, OpError, OpSpec, Port, RunContext, Work
 
-_LOW_PRECISION = ("float16", "bfloat16")
+_LOW_PRECISION = frozenset({np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)})
 
 
 def _dim_mismatch(a: Dim, b: Dim) -> bool:
@@ -42,7 +43,7 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     onnxruntime's CPU kernels do) and the result is rounded back to the input dtype.
     """
     dt = a.dtype
-    if dt.name in _LOW_PRECISION:
+    if dt in _LOW_PRECISION:
         return matmul(a.astype(np.float32), b.astype(np.float32)).astype(dt)
     if a.ndim > 2 and b.ndim == 2:
         lead = a.shape[:-1]

@@ -64,8 +64,23 @@ class _Plan:
                                tuple(v.name if v is not None else None for v in node.inputs),
                                tuple(v.name if v is not None else None for v in node.outputs),
                                tuple(frees[k]), node.meta.get("activation")))
-        self.steps = steps
         self.consts = {name: v.const for name, v in graph.initializers.items()}
+        # Steps that read only constants are computed once, on the first run, and cached (as a
+        # runtime folds constants at session creation): ConstantOfShape weights, shape arithmetic.
+        const_names = set(self.consts)
+        self.const_steps: list[_Step] = []
+        self.steps: list[_Step] = []
+        for step in steps:
+            if (step.spec.deterministic and not any(True for _ in step.node.subgraphs())
+                    and all(n is None or n in const_names for n in step.inputs)
+                    and any(n is not None for n in step.inputs)):
+                self.const_steps.append(step)
+                const_names.update(n for n in step.outputs if n is not None)
+            else:
+                self.steps.append(step)
+        for step in self.steps:  # a cached constant is never freed by a later step
+            step.free = tuple(n for n in step.free if n not in const_names)
+        self.consts_ready = not self.const_steps
 
 
 def _all_reads(node: Node) -> list[str]:
@@ -74,6 +89,34 @@ def _all_reads(node: Node) -> list[str]:
         for inner in sg.all_nodes():
             names.extend(v.name for v in inner.inputs if v is not None)
     return names
+
+
+CONST_CACHE_BYTES = 1 << 30
+"""Constant-only results cached per plan at most (beyond this they are recomputed every run)."""
+
+
+def _execute(step: _Step, env: Mapping[str, Any], local: dict[str, Any]) -> None:
+    """Run one step: read its inputs from ``env``, write its outputs into ``local``."""
+    try:
+        args = [env[n] if n is not None else None for n in step.inputs]
+    except KeyError as exc:
+        raise ExecutionError(f"node {step.node.name!r} ({step.node.op_type}) reads "
+                             f"{exc.args[0]!r}, which has no value") from None
+    try:
+        res = step.spec.reference(step.ctx, *args)
+        if step.activation is not None:
+            res = [run_activation(step.node, _first(res), step.ctx.opset)]
+    except ExecutionError:
+        raise
+    except OpError as exc:
+        raise ExecutionError(f"node {step.node.name!r} ({step.node.op_type}): {exc}") from exc
+    except (ValueError, IndexError, TypeError, ZeroDivisionError, OverflowError,
+            MemoryError, AssertionError) as exc:
+        raise ExecutionError(f"node {step.node.name!r} ({step.node.op_type}) failed: {exc}") from exc
+    outs = [np.asarray(res)] if isinstance(res, (np.ndarray, np.generic)) else list(res)
+    for name, arr in zip(step.outputs, outs):
+        if name is not None:
+            local[name] = arr if isinstance(arr, np.ndarray) or arr is None else np.asarray(arr)
 
 
 def _first(res: Any) -> np.ndarray:
@@ -119,6 +162,23 @@ class Executor:
         finally:
             self._hook = None
 
+    def _fold_constants(self, plan: _Plan, outer: Mapping[str, Any]) -> None:
+        """Compute the constant-only steps once and keep their outputs with the initializers."""
+        local: dict[str, Any] = dict(plan.consts)
+        env = ChainMap(local, outer) if outer else local
+        cached = 0
+        for k, step in enumerate(plan.const_steps):
+            _execute(step, env, local)
+            for n in step.outputs:
+                if n is not None and isinstance(local.get(n), np.ndarray):
+                    cached += local[n].nbytes
+                    plan.consts[n] = local[n]
+            if cached > CONST_CACHE_BYTES:  # too big to keep: the rest run every time
+                plan.steps[:0] = plan.const_steps[k + 1:]
+                break
+        plan.const_steps = []
+        plan.consts_ready = True
+
     def run_subgraph(self, graph: Graph, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         """Run a subgraph (If/Loop body) that may read values of the enclosing scopes."""
         outer = self._env_stack[-1] if self._env_stack else ChainMap()
@@ -128,6 +188,8 @@ class Executor:
     def _run(self, graph: Graph, feeds: Mapping[str, np.ndarray], outer: Mapping[str, Any],
              keep_all: bool) -> dict[str, np.ndarray]:
         plan = self._plan(graph)
+        if not plan.consts_ready:
+            self._fold_constants(plan, outer)
         local: dict[str, Any] = dict(plan.consts)
         local.update(feeds)
         env = ChainMap(local, outer) if outer else local
@@ -135,26 +197,7 @@ class Executor:
         hook = self._hook if graph is self.graph else None
         try:
             for step in plan.steps:
-                try:
-                    args = [env[n] if n is not None else None for n in step.inputs]
-                except KeyError as exc:
-                    raise ExecutionError(f"node {step.node.name!r} ({step.node.op_type}) reads "
-                                         f"{exc.args[0]!r}, which has no value") from None
-                try:
-                    res = step.spec.reference(step.ctx, *args)
-                    if step.activation is not None:
-                        res = [run_activation(step.node, _first(res), step.ctx.opset)]
-                except ExecutionError:
-                    raise
-                except OpError as exc:
-                    raise ExecutionError(f"node {step.node.name!r} ({step.node.op_type}): {exc}") from exc
-                except (ValueError, IndexError, TypeError, ZeroDivisionError, OverflowError,
-                        MemoryError, AssertionError) as exc:
-                    raise ExecutionError(f"node {step.node.name!r} ({step.node.op_type}) failed: {exc}") from exc
-                outs = [np.asarray(res)] if isinstance(res, (np.ndarray, np.generic)) else list(res)
-                for name, arr in zip(step.outputs, outs):
-                    if name is not None:
-                        local[name] = arr if isinstance(arr, np.ndarray) or arr is None else np.asarray(arr)
+                _execute(step, env, local)
                 if hook is not None:
                     hook(step.node, [local.get(n) if n is not None else None for n in step.outputs])
                 if not keep_all:

@@ -29,9 +29,14 @@ def bench(path, with_reference: bool) -> dict[str, float]:
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     so.inter_op_num_threads = 1
+    so.log_severity_level = 3
     sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    from engine.passes.pipeline import optimize
+
+    opt = optimize(graph).graph
     res = {
         "ours": median_time(lambda: engine.execute(graph, feeds), repeat=7),
+        "ours_opt": median_time(lambda: engine.execute(opt, feeds), repeat=7),
         "onnxruntime": median_time(lambda: sess.run(None, feeds), repeat=7),
     }
     if with_reference:
@@ -49,8 +54,9 @@ def main() -> int:
                 sys.stdout.write(f"{name}: {path} missing, skipped\n")
                 continue
             r = bench(path, with_ref)
-            line = (f"{name:18s} ours {r['ours'] * 1e3:8.1f} ms   onnxruntime {r['onnxruntime'] * 1e3:8.1f} ms   "
-                    f"ours/ort {r['ours'] / r['onnxruntime']:5.2f}x")
+            line = (f"{name:18s} ours {r['ours'] * 1e3:8.2f} ms (after our optimizer {r['ours_opt'] * 1e3:8.2f} ms)   "
+                    f"onnxruntime {r['onnxruntime'] * 1e3:8.2f} ms   ours/ort {r['ours'] / r['onnxruntime']:5.2f}x "
+                    f"(optimized {r['ours_opt'] / r['onnxruntime']:5.2f}x)")
             if "reference" in r:
                 line += f"   reference {r['reference'] * 1e3:9.1f} ms   reference/ours {r['reference'] / r['ours']:6.1f}x"
             sys.stdout.write(line + "\n")
