@@ -14,7 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from engine.ir.events import EdgeChanged, EventSource, GraphIOChanged, NodeAdded, NodeChanged, NodeRemoved
+from engine.ir.events import (
+    EdgeChanged,
+    EventSource,
+    GraphIOChanged,
+    NodeAdded,
+    NodeChanged,
+    NodeRemoved,
+)
 from engine.ir.types import TensorType
 
 
@@ -72,6 +79,14 @@ class Value:
         """True when the owning graph lists this value among its inputs."""
         g = self.graph
         return g is not None and any(i is self for i in g.inputs)
+
+    def set_type(self, new_type: TensorType) -> None:
+        """Change the declared type (a graph input's shape in the inspector) and notify observers."""
+        self.type = new_type
+        g = self.graph
+        if g is not None:
+            g._touch()
+            g.events.emit(GraphIOChanged("inputs" if self.is_graph_input else "types"))
 
     def replace_all_uses_with(self, other: Value, include_outputs: bool = True) -> None:
         """Make every reader of this value read ``other`` instead (graph outputs too)."""
@@ -147,17 +162,34 @@ class Node:
             self.set_input(len(self._inputs) - 1, None)
             self._inputs.pop()
 
-    def set_attr(self, key: str, value: Any) -> None:
-        """Set (or with value None, delete) an attribute and notify observers."""
+    def set_attr(self, key: str, value: Any, kind: int | None = None) -> None:
+        """Set (or with value None, delete) an attribute and notify observers.
+
+        ``kind`` is the ONNX AttributeProto type to write (None: derived from the value), so an
+        undo can restore an attribute exactly as it was read.
+        """
         if value is None:
             self.attrs.pop(key, None)
             self.attr_types.pop(key, None)
         else:
             self.attrs[key] = value
-            self.attr_types.pop(key, None)
+            if kind is None:
+                self.attr_types.pop(key, None)
+            else:
+                self.attr_types[key] = kind
         if self.graph is not None:
             self.graph._touch()
             self.graph.events.emit(NodeChanged(self, key))
+
+    def set_meta(self, key: str, value: Any) -> None:
+        """Set (or with None, delete) ``meta[key]`` (pins, provenance ...) and emit NodeChanged("meta:KEY")."""
+        if value is None:
+            self.meta.pop(key, None)
+        else:
+            self.meta[key] = value
+        if self.graph is not None:
+            self.graph._touch()
+            self.graph.events.emit(NodeChanged(self, f"meta:{key}"))
 
     def subgraphs(self) -> Iterator[Graph]:
         """The subgraphs held in attributes (If branches, Loop body ...)."""
@@ -264,6 +296,8 @@ class Graph:
         Raises GraphError naming the nodes of a cycle when there is one.
         """
         nodes = self.nodes
+        if self._insertion_order_is_topological(nodes):  # fast path, same result
+            return list(nodes)
         index = {id(n): i for i, n in enumerate(nodes)}
         indeg = [0] * len(nodes)
         succ: list[list[int]] = [[] for _ in nodes]
@@ -294,6 +328,26 @@ class Graph:
             more = f" and {len(stuck) - 6} more" if len(stuck) > 6 else ""
             raise GraphError(f"graph {self.name!r} has a cycle through nodes {names}{more}")
         return order
+
+    def _insertion_order_is_topological(self, nodes: tuple[Node, ...]) -> bool:
+        seen: set[int] = set()
+        for n in nodes:
+            reads = _reads(n) if n.attrs and any(isinstance(a, (Graph, list)) for a in n.attrs.values()) \
+                else n._inputs
+            for v in reads:
+                if v is None:
+                    continue
+                p = v._producer
+                if p is not None and p.graph is self and id(p) not in seen:
+                    return False
+            seen.add(id(n))
+        return True
+
+    def sort_nodes(self) -> None:
+        """Reorder the node table topologically (no semantic change; later toposorts are fast)."""
+        order = self.toposort()
+        self._nodes = {id(n): n for n in order}
+        self._node_cache = None
 
     # -- naming ------------------------------------------------------------------------------
     def unique_name(self, base: str) -> str:
@@ -428,12 +482,25 @@ class Graph:
         self._touch()
         self.events.emit(NodeRemoved(node))
 
-    def reinsert_node(self, node: Node) -> None:
-        """Put back a node removed earlier (undo): same object, same values."""
+    def node_index(self, node: Node) -> int:
+        """Position of ``node`` in the insertion order (-1 when absent)."""
+        for i, n in enumerate(self._nodes.values()):
+            if n is node:
+                return i
+        return -1
+
+    def reinsert_node(self, node: Node, position: int | None = None) -> None:
+        """Put back a node removed earlier (undo): same object, same values, and with
+        ``position`` at its old place in the node order (so a saved file is byte-identical)."""
         for out in node.outputs:
             if out is not None and out.graph is None:
                 self.add_value(out)
         self.add_node(node)
+        if position is not None and 0 <= position < len(self._nodes) - 1:
+            items = list(self._nodes.items())
+            items.insert(position, items.pop())
+            self._nodes = dict(items)
+            self._node_cache = None
 
     def prune_values(self) -> None:
         """Forget values nothing produces, reads or exports (leftovers of rewrites)."""
