@@ -17,6 +17,7 @@ from engine.loader import load
 
 if TYPE_CHECKING:
     from engine.hw.target import HardwareTarget
+    from engine.passes.pipeline import OptimizeOptions, OptimizeResult
     from engine.sim.timeline import SimOptions, SimResult
 
 __all__ = ["ExecutionError", "Graph", "InputError", "ModelError", "execute", "load", "supported_ops"]
@@ -59,6 +60,18 @@ def execute(graph: Graph, feeds: Mapping[str, np.ndarray], keep_all: bool = Fals
     if max_bytes is not None:
         ex.max_bytes = max_bytes
     return ex.run(feeds, keep_all=keep_all)
+
+
+def optimize(graph: Graph, options: OptimizeOptions | None = None, disable: tuple[str, ...] = ()) -> OptimizeResult:
+    """Run the default optimization pipeline on a copy of ``graph`` (engine.passes.pipeline).
+
+    Returns an OptimizeResult: ``.graph`` (the optimized copy), ``.trace`` (per pass: modified,
+    nodes before/after, ms, rewrites fired and rules that did not fire with the reason),
+    ``.diagnostics`` and ``.report()`` (the ``optimize --report`` document).
+    """
+    from engine.passes.pipeline import optimize as _optimize
+
+    return _optimize(graph, options, disable=disable)
 
 
 def simulate(graph: Graph, target: HardwareTarget | str, options: SimOptions | None = None) -> SimResult:

@@ -202,7 +202,7 @@ def main(argv: Sequence[str] | None = None, out: Out | None = None) -> int:
     debug = "--debug" in argv
     try:
         parser = build_parser()
-        if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--debug"):
+        if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--debug")):
             argv = ["gui", *argv]
         if argv == ["--debug"]:
             argv = ["--debug", "gui"]

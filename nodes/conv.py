@@ -20,6 +20,7 @@ from numpy.lib.stride_tricks import as_strided
 from engine.ir.types import Dim, TensorType
 from nodes._util import prod
 from nodes.registry import register
+from nodes.rules import WINDOW_RULES
 from nodes.spec import AttrSpec, NodeContext, OpError, OpSpec, Port, RunContext, Work, ints
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
@@ -258,6 +259,7 @@ class ConvSpec(OpSpec):
     """Convolution of an N-D image with a bank of filters."""
 
     doc = "N-D convolution (groups, dilations, strides, explicit or automatic padding)."
+    rules = WINDOW_RULES
     inputs = (Port("X", doc="(N, C, D1, ...)"), Port("W", doc="(M, C/group, k1, ...)"),
               Port("B", optional=True, doc="(M,) bias"))
     outputs = (Port("Y"),)
@@ -349,6 +351,7 @@ class ConvTransposeSpec(OpSpec):
     """Transposed (fractionally strided) convolution."""
 
     doc = "N-D transposed convolution (output_padding, output_shape, groups, dilations)."
+    rules = WINDOW_RULES
     inputs = (Port("X", doc="(N, C, D1, ...)"), Port("W", doc="(C, M/group, k1, ...)"),
               Port("B", optional=True, doc="(M,) bias"))
     outputs = (Port("Y"),)

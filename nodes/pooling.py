@@ -23,6 +23,7 @@ from nodes.conv import (
     window_geometry,
 )
 from nodes.registry import register
+from nodes.rules import WINDOW_RULES
 from nodes.spec import (
     REQUIRED,
     AttrSpec,
@@ -54,6 +55,7 @@ class _WindowPool(OpSpec):
     """Shared inference and geometry of the windowed pools."""
 
     family = "pooling"
+    rules = WINDOW_RULES
     inputs = (Port("X", doc="(N, C, D1, ...)"),)
     outputs = (Port("Y"),)
     attrs = _WINDOW_ATTRS

@@ -61,16 +61,28 @@ def _clone(src: Graph, parent: Graph | None, vmap: dict[int, Value]) -> Graph:
         g.initializers[name] = value(v)
     g.inputs = [value(v) for v in src.inputs]
     for src_node in src.nodes:
-        node = Node(src_node.op_type,
-                    [value(v) if v is not None else None for v in src_node.inputs],
+        node = Node(src_node.op_type, [value(v) if v is not None else None for v in src_node.inputs],
                     [value(v) if v is not None else None for v in src_node.outputs],
                     name=src_node.name, domain=src_node.domain)
         node.attr_types = dict(src_node.attr_types)
         node.doc_string = src_node.doc_string
-        node.meta = _copy_meta(src_node.meta)
-        g.add_node(node)
+        node.meta = _copy_meta(src_node.meta) if src_node.meta else {}
+        node.graph = g
+        # Use-def links directly (add_node would emit an event and bump the version per node).
+        for i, v in enumerate(node._inputs):
+            if v is not None:
+                if v.graph is None:
+                    g.add_value(v)
+                v._uses.append((node, i))
+        for k, out in enumerate(node.outputs):
+            if out is not None:
+                if out.graph is None:
+                    g.add_value(out)
+                out._producer, out._producer_index = node, k
+        g._nodes[id(node)] = node
         # Subgraphs read outer values through vmap, so they are built after the node exists.
-        node.attrs = {k: _copy_attr(v, g, vmap) for k, v in src_node.attrs.items()}
+        node.attrs = {k: _copy_attr(v, g, vmap) for k, v in src_node.attrs.items()} if src_node.attrs else {}
+        g._taken.add(node.name)
     g.outputs = [value(v) for v in src.outputs]
     g._taken |= src._taken
     g.version = 0
@@ -90,3 +102,64 @@ def clone_graph(graph: Graph) -> Graph:
         if hasattr(graph, attr):
             setattr(g, attr, copy.copy(getattr(graph, attr)))
     return g
+
+
+class Checkpoint:
+    """A cheap record of a graph's state that ``restore()`` puts back on the same objects.
+
+    Much cheaper than a clone: it copies the lists and dicts that edits replace (node inputs,
+    outputs, attributes, metadata; the graph's node, value and initializer tables; value names,
+    types and constants) and rebuilds use-def links on restore. It relies on the IR convention
+    that attribute values, metadata entries and arrays are replaced, never changed in place.
+    """
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self._graphs: list[tuple] = []
+        stack = [graph]
+        while stack:
+            g = stack.pop()
+            nodes = [(n, n._inputs[:], n.outputs[:], n.attrs.copy(), n.attr_types.copy(), n.meta.copy(),
+                      n.op_type, n.name, n.domain) for n in g._nodes.values()]
+            for n in g._nodes.values():
+                for a in n.attrs.values():
+                    if isinstance(a, (Graph, list)):
+                        stack.extend(n.subgraphs())
+                        break
+            values = [(v, v.name, v.type, v.const) for v in g.values.values()]
+            self._graphs.append((g, nodes, values, dict(g._nodes), dict(g.values), dict(g.initializers),
+                                 list(g.inputs), list(g.outputs), dict(g.opset_imports), g.ir_version,
+                                 list(getattr(g, "overridable", []) or []), hasattr(g, "overridable")))
+
+    def restore(self) -> Graph:
+        """Put every recorded field back; returns the graph."""
+        for (g, nodes, values, node_table, value_table, inits, inputs, outputs, opsets, ir_version,
+             overridable, had_overridable) in self._graphs:
+            # Fresh copies again: the checkpoint may be restored more than once.
+            for n, inputs_, outputs_, attrs, attr_types, meta, op_type, name, domain in nodes:
+                n._inputs, n.outputs, n.attrs = list(inputs_), list(outputs_), dict(attrs)
+                n.attr_types, n.meta = dict(attr_types), dict(meta)
+                n.op_type, n.name, n.domain, n.graph = op_type, name, domain, g
+            for v, name, type_, const in values:
+                v.name, v.type, v.const, v.graph = name, type_, const, g
+                v._producer, v._producer_index, v._uses = None, -1, []
+            g._nodes, g.values, g.initializers = dict(node_table), dict(value_table), dict(inits)
+            g.inputs, g.outputs, g.opset_imports, g.ir_version = list(inputs), list(outputs), dict(opsets), ir_version
+            if had_overridable:
+                g.overridable = list(overridable)  # type: ignore[attr-defined]
+        for _g, nodes, *_ in self._graphs:  # values read but registered nowhere (dangling)
+            for n, *_rest in nodes:
+                for v in n._inputs:
+                    if v is not None:
+                        v._uses = []
+        for g, nodes, *_ in self._graphs:
+            for n, *_rest in nodes:
+                for i, v in enumerate(n._inputs):
+                    if v is not None:
+                        v._uses.append((n, i))
+                for k, v in enumerate(n.outputs):
+                    if v is not None:
+                        v._producer, v._producer_index = n, k
+            g._node_cache = None
+            g._touch()
+        return self.graph

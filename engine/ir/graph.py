@@ -345,6 +345,9 @@ class Graph:
 
     def sort_nodes(self) -> None:
         """Reorder the node table topologically (no semantic change; later toposorts are fast)."""
+        nodes = self.nodes
+        if self._insertion_order_is_topological(nodes):
+            return
         order = self.toposort()
         self._nodes = {id(n): n for n in order}
         self._node_cache = None

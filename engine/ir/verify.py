@@ -18,6 +18,16 @@ def _defined(v: Value, scope: Graph) -> bool:
     return False
 
 
+def _recorded_uses(v: Value, cache: dict[int, set[tuple[int, int]]]) -> set[tuple[int, int]]:
+    """The (node id, input index) uses ``v`` records, as a set (built once per value)."""
+    if len(v._uses) <= 8:  # small: a set is not worth building
+        return {(id(n), k) for n, k in v._uses}
+    uses = cache.get(id(v))
+    if uses is None:
+        uses = cache[id(v)] = {(id(n), k) for n, k in v._uses}
+    return uses
+
+
 def verify(graph: Graph) -> list[Diagnostic]:
     """All structural errors of the graph and its subgraphs (empty when healthy)."""
     out: list[Diagnostic] = []
@@ -30,6 +40,7 @@ def _verify(g: Graph, out: list[Diagnostic]) -> None:
         g.toposort()
     except GraphError as exc:
         out.append(Diagnostic(ERROR, None, "cycle", str(exc)))
+    recorded: dict[int, set[tuple[int, int]]] = {}  # value -> its recorded (node, index) uses
     for node in g.nodes:
         for i, v in enumerate(node.inputs):
             if v is None:
@@ -37,7 +48,7 @@ def _verify(g: Graph, out: list[Diagnostic]) -> None:
             if not _defined(v, g):
                 out.append(Diagnostic(ERROR, node.name, "undefined-input",
                                       f"node {node.name!r} ({node.op_type}) reads {v.name!r}, which nothing produces"))
-            elif not any(n is node and k == i for n, k in v._uses):
+            elif (id(node), i) not in _recorded_uses(v, recorded):
                 out.append(Diagnostic(ERROR, node.name, "use-def",
                                       f"value {v.name!r} does not record its use by {node.name!r}"))
         for k, v in enumerate(node.outputs):

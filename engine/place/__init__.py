@@ -1,0 +1,1 @@
+"""Placement: NPU support verdicts (support.py) and partitioning with transfers (partition.py)."""

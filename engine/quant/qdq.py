@@ -109,10 +109,28 @@ def ensure_opset(graph: Graph, version: int) -> tuple[Graph, list[Diagnostic]]:
                                   f"could not raise opset {old} to {version}: {str(exc).splitlines()[0][:160]}")]
     g = from_onnx(model)
     infer_shapes(g)
-    for src, dst in zip(graph.nodes, g.nodes):
-        if src.name == dst.name:
-            dst.meta = dict(src.meta)
+    g = refuse_activations(graph, g)
     return g, [Diagnostic(INFO, None, "opset-raised", f"opset raised from {old} to {version} for QDQ")]
+
+
+def refuse_activations(src: Graph, g: Graph) -> Graph:
+    """``g`` (``src`` written to ONNX and read back) with ``src``'s fused activations fused again
+    and every node's metadata copied by name.
+
+    The ONNX writer writes a fused activation out as its own nodes after a ``<output>_preact``
+    value; without fusing them back, an opset raise (int16 needs opset 21) would leave those
+    activations as separate, uncalibrated ops. ``src`` is at the fixed point of the
+    fuse_activation pass, so running it again restores exactly its fusions.
+    """
+    if any(n.meta.get("activation") for n in src.nodes):
+        from engine.passes.fuse_activation import activation_pass
+
+        g = activation_pass().call(g).graph
+    metas = {n.name: n.meta for n in src.nodes}
+    for dst in g.nodes:
+        if dst.name in metas:
+            dst.meta = dict(metas[dst.name])
+    return g
 
 
 class _Builder:

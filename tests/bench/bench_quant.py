@@ -71,7 +71,12 @@ def digits_accuracy() -> None:
 
 
 def _ort_quantize(path: Path, feeds: list[dict], method: str, out: Path) -> None:
-    from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, quantize_static
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        quantize_static,
+    )
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     class Reader(CalibrationDataReader):

@@ -1,0 +1,320 @@
+"""The cost model: turns each op's hardware-independent work into time on a target.
+
+NPU, GEMM-like ops (Conv, ConvTranspose, MatMul, Gemm and their integer forms) use the
+SCALE-Sim closed form for a systolic array of R rows and C columns. For output-stationary
+dataflow the GEMM (M x K) @ (K x N) maps M onto rows and N onto columns and streams K:
+
+    folds  = ceil(M / R) * ceil(N / C)
+    cycles = folds * (2R + C + K - 2)        # per fold: R + C - 2 fill/skew, K MACs, R drain
+
+Weight-stationary maps (K, N) and streams M; input-stationary maps (K, M) and streams N; the
+formula is the same with those roles. Lower precisions than the array's native one divide
+the rate (``macs_per_cycle / (R * C)``). Grouped and depthwise convolutions place several
+groups side by side on the columns. Other ops run on the vector unit at
+``vector_ops_per_cycle``.
+
+Memory time is DRAM traffic over bandwidth plus one access latency. Weights are read once
+(over their own port when the target has one, e.g. flash). A GEMM whose operands do not fit
+the SRAM tile budget re-fetches activations once per weight chunk. Intermediates that the
+placement keeps on chip (a fused chain whose tensor fits the residency budget) cost no
+traffic. A fused activation (``node.meta["activation"]``) is a free epilogue.
+
+Latency = max(compute, memory) + per-op overhead; ``bound`` names the largest term (vela's
+roofline). CPU ops use the same roofline with the CPU's peak GFLOPS and bandwidth. Layout or
+precision conversions at device boundaries cost the bytes they read and write.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from engine.hw.target import HardwareTarget
+from engine.ir.graph import Node
+from engine.place.support import GraphFacts, NodeFacts
+from nodes.spec import NodeContext
+
+GEMM_OPS = {"Conv", "ConvInteger", "QLinearConv", "ConvTranspose", "MatMul", "MatMulInteger",
+            "QLinearMatMul", "Gemm"}
+VIEW_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Shape", "Size"}
+"""Ops that only relabel a tensor or read its metadata: no data moves on either device."""
+ABSORBED_ON_NPU = {"QuantizeLinear", "DequantizeLinear"}
+"""QDQ ops the NPU compiler folds into its integer kernels."""
+CPU_FLOPS_PER_ELEMENT = {
+    # transcendentals: a vectorized libm needs about 1 to 1.5 cycles per element
+    "Exp": 32, "Log": 32, "Erf": 48, "Gelu": 64, "Tanh": 40, "Sigmoid": 32, "Softmax": 48,
+    "LogSoftmax": 48, "Sin": 40, "Cos": 40, "Softplus": 48, "Elu": 32, "Selu": 32, "Mish": 80,
+    "Swish": 32, "HardSwish": 8, "HardSigmoid": 4,
+    # division, roots and powers: long-latency units
+    "Div": 8, "Reciprocal": 8, "Sqrt": 8, "Pow": 16,
+    # normalizations: several passes and per-channel parameters
+    "BatchNormalization": 8, "LayerNormalization": 24, "InstanceNormalization": 24,
+    # strided copies: index arithmetic and gathers, about one cycle per element
+    "Transpose": 32, "Slice": 32, "Gather": 32, "GatherElements": 32, "GatherND": 32, "Concat": 16,
+    "Split": 16, "Pad": 16, "Tile": 16, "Expand": 16, "DepthToSpace": 32, "SpaceToDepth": 32,
+    "Resize": 48,
+}
+"""CPU cost of one element of an op in peak-flop equivalents (about 32 per cycle on a core with
+two 8-wide FMA units), for ops whose elements cost more than one streaming flop: vectorized
+transcendentals, long-latency arithmetic and strided copies. Other element ops count one.
+On the NPU, transcendentals come from lookup tables and copies from the DMA engine."""
+
+
+@dataclass(frozen=True)
+class GemmShape:
+    """One GEMM (M x K) @ (K x N), executed ``repeats`` times."""
+
+    m: int
+    k: int
+    n: int
+    repeats: int = 1
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """Time of one op on one device and which term dominated."""
+
+    device: str
+    compute_us: float
+    memory_us: float
+    overhead_us: float
+    bound: str
+    macs: int = 0
+    dram_bytes: int = 0
+    cycles: int = 0
+    folds: int = 0
+    utilization: float = 0.0
+
+    @property
+    def latency_us(self) -> float:
+        """max(compute, memory) + overhead."""
+        return max(self.compute_us, self.memory_us) + self.overhead_us
+
+    def at_clock(self, ratio: float) -> float:
+        """Latency with the NPU clock at ``ratio`` of peak (memory time is not clocked)."""
+        return max(self.compute_us / ratio, self.memory_us) + self.overhead_us
+
+
+def bound_of(compute: float, memory: float, overhead: float) -> str:
+    """Which of the three terms is largest (ties favour compute, then memory)."""
+    if compute >= memory and compute >= overhead:
+        return "compute"
+    if memory >= overhead:
+        return "memory"
+    return "overhead"
+
+
+def fold_cycles(m: int, k: int, n: int, rows: int, cols: int, dataflow: str = "os") -> tuple[int, int]:
+    """(cycles, folds) of one GEMM on a rows x cols systolic array (SCALE-Sim closed form)."""
+    if dataflow == "os":
+        sr, sc, t = m, n, k
+    elif dataflow == "ws":
+        sr, sc, t = k, n, m
+    elif dataflow == "is":
+        sr, sc, t = k, m, n
+    else:
+        raise ValueError(f"unknown dataflow {dataflow!r} (os, ws or is)")
+    if min(m, k, n) <= 0:
+        return 0, 0
+    folds = math.ceil(sr / rows) * math.ceil(sc / cols)
+    return folds * (2 * rows + cols + t - 2), folds
+
+
+def _static(shape) -> list[int] | None:
+    if shape is None or not all(isinstance(d, int) for d in shape):
+        return None
+    return [int(d) for d in shape]
+
+
+def _prod(xs: Iterable[int]) -> int:
+    p = 1
+    for x in xs:
+        p *= x
+    return p
+
+
+def _grouped(m: int, k: int, n_per_group: int, groups: int, cols: int) -> list[GemmShape]:
+    if groups <= 1:
+        return [GemmShape(m, k, n_per_group)]
+    side = max(1, cols // max(1, n_per_group))  # groups side by side on the columns
+    side = min(side, groups)
+    return [GemmShape(m, k, n_per_group * side, math.ceil(groups / side))]
+
+
+def gemm_shapes(node: Node, ctx: NodeContext, cols: int) -> list[GemmShape] | None:
+    """The GEMMs a node lowers to on a MAC array, or None when it is not GEMM-like or not static."""
+    op = node.op_type
+    if op not in GEMM_OPS:
+        return None
+    if op in ("Conv", "ConvInteger", "QLinearConv", "ConvTranspose"):
+        xi, wi = (0, 3) if op == "QLinearConv" else (0, 1)
+        x, w, y = _static(ctx.shape(xi)), _static(ctx.shape(wi)), _static(ctx.out_type(0).shape)
+        if x is None or w is None or y is None or len(x) < 3 or len(w) < 3:
+            return None
+        g = int(ctx.attrs.get("group", 1) or 1)
+        if op == "ConvTranspose":
+            m = x[0] * _prod(x[2:])
+            return _grouped(m, x[1] // g, w[1] * _prod(w[2:]), g, cols)
+        m = y[0] * _prod(y[2:])
+        return _grouped(m, w[1] * _prod(w[2:]), w[0] // g, g, cols)
+    if op == "Gemm":
+        a, b = _static(ctx.shape(0)), _static(ctx.shape(1))
+        if a is None or b is None or len(a) != 2 or len(b) != 2:
+            return None
+        m, k = (a[1], a[0]) if ctx.attrs.get("transA") else (a[0], a[1])
+        n = b[0] if ctx.attrs.get("transB") else b[1]
+        return [GemmShape(m, k, n)]
+    ai, bi = (0, 3) if op == "QLinearMatMul" else (0, 1)
+    a, b = _static(ctx.shape(ai)), _static(ctx.shape(bi))
+    if a is None or b is None:
+        return None
+    a2 = [1, *a] if len(a) == 1 else a
+    b2 = [*b, 1] if len(b) == 1 else b
+    m, k, n = a2[-2], a2[-1], b2[-1]
+    if len(b2) == 2:  # shared weight matrix: fold A's batch dims into M
+        return [GemmShape(m * _prod(a2[:-2]), k, n)]
+    ba, bb = a2[:-2], b2[:-2]
+    width = max(len(ba), len(bb))
+    ba, bb = [1] * (width - len(ba)) + ba, [1] * (width - len(bb)) + bb
+    batch = _prod(max(x, z) for x, z in zip(ba, bb))  # broadcast batch dims
+    return [GemmShape(m, k, n, max(1, batch))]
+
+
+class CostModel:
+    """Per-op costs of a graph on a target; one instance per (graph facts, target)."""
+
+    def __init__(self, target: HardwareTarget) -> None:
+        self.target = target
+        npu = target.npu
+        self._act_bw = npu.dram_bandwidth_gbps * 1e3  # bytes per us
+        self._w_bw = (npu.weight_bandwidth_gbps or npu.dram_bandwidth_gbps) * 1e3
+        self._split_port = npu.weight_bandwidth_gbps is not None
+        self._tile_budget = max(1.0, npu.sram_bytes * (1.0 - npu.residency_fraction)) if npu.residency_fraction < 1 \
+            else float(npu.sram_bytes)
+        self._cpu_flops = target.cpu.peak_gflops * 1e3  # flops per us
+
+    # -- NPU ---------------------------------------------------------------------------------
+    def npu_compute_cycles(self, f: NodeFacts) -> tuple[int, int, float]:
+        """(cycles, folds, utilization) of a node on the NPU at peak clock."""
+        npu = self.target.npu
+        shapes = gemm_shapes(f.node, f.ctx, npu.cols) if f.ctx is not None else None
+        if shapes:
+            cycles = folds = 0
+            for s in shapes:
+                c, fo = fold_cycles(s.m, s.k, s.n, npu.rows, npu.cols, npu.dataflow)
+                cycles += c * s.repeats
+                folds += fo * s.repeats
+            cycles = math.ceil(cycles / npu.rate)
+            util = f.work.macs / (cycles * npu.macs_per_cycle) if cycles else 0.0
+            return cycles, folds, min(1.0, util)
+        ops = f.work.macs + f.work.elem_ops
+        return math.ceil(ops / npu.vector_ops_per_cycle), 0, 0.0
+
+    def npu_cost(self, f: NodeFacts, facts: GraphFacts, resident: set[str] | frozenset[str] = frozenset()) -> OpCost:
+        """Cost of a node on the NPU; values named in ``resident`` stay on chip (no DRAM traffic)."""
+        npu = self.target.npu
+        op = f.node.op_type
+        if op in ABSORBED_ON_NPU or f.compile_time:
+            return OpCost("npu", 0.0, 0.0, 0.0, "overhead")
+        overhead = npu.op_overhead_us
+        if op in VIEW_OPS:
+            return OpCost("npu", 0.0, 0.0, overhead, "overhead")
+        cycles, folds, util = self.npu_compute_cycles(f)
+        compute = cycles / npu.clock_mhz
+        a_all = sum(facts.npu_bytes(v) for v in f.inputs)
+        act_in = sum(facts.npu_bytes(v) for v in f.inputs if v.name not in resident)
+        out = sum(facts.npu_bytes(v) for v in f.outputs if v.name not in resident)
+        weights = sum(facts.npu_bytes(v) for v in f.weight_values)
+        refetch = 0
+        if folds:  # GEMM: SRAM tiling
+            b_op = weights if weights else (facts.npu_bytes(f.inputs[1]) if len(f.inputs) > 1 else 0)
+            a_op = a_all - (0 if weights else b_op)
+            c_op = sum(facts.npu_bytes(v) for v in f.outputs)
+            budget = self._tile_budget
+            if a_op + b_op + c_op > budget and b_op > budget / 2 and a_op > budget / 2:
+                chunks = math.ceil(b_op / (budget / 2))
+                refetch = a_op * (chunks - 1)
+        act_bytes = act_in + out + refetch
+        act_us = act_bytes / self._act_bw
+        w_us = weights / self._w_bw
+        memory = (max(act_us, w_us) if self._split_port else act_us + w_us)
+        if act_bytes + weights:
+            memory += npu.dram_latency_ns / 1e3
+        return OpCost("npu", compute, memory, overhead, bound_of(compute, memory, overhead), int(f.work.macs),
+                      int(act_bytes + weights), cycles, folds, util)
+
+    # -- CPU ---------------------------------------------------------------------------------
+    def cpu_cost(self, f: NodeFacts, weights_cached: bool = True) -> OpCost:
+        """Cost of a node on the CPU (roofline on peak GFLOPS and memory bandwidth).
+
+        Activations were just written by the previous op and stream through the cache; weights
+        do too when the model's weights fit the cache (``weights_cached``), otherwise they come
+        from DRAM on every inference.
+        """
+        overhead = self.target.cpu.op_overhead_us
+        if f.compile_time:
+            return OpCost("cpu", 0.0, 0.0, 0.0, "overhead")
+        if f.node.op_type in VIEW_OPS:
+            return OpCost("cpu", 0.0, 0.0, overhead, "overhead")
+        w = f.work
+        per_elem = CPU_FLOPS_PER_ELEMENT.get(f.node.op_type, 1)
+        compute = (2 * w.macs + per_elem * w.elem_ops) / self._cpu_flops
+        nbytes = w.bytes_read + w.bytes_written
+        cpu = self.target.cpu
+        if weights_cached or not w.weight_bytes:
+            memory = cpu.memory_us(nbytes)
+        else:
+            memory = cpu.memory_us(nbytes - w.weight_bytes) + w.weight_bytes / (cpu.memory_bandwidth_gbps * 1e3)
+        return OpCost("cpu", compute, memory, overhead, bound_of(compute, memory, overhead), int(w.macs), int(nbytes))
+
+    # -- boundaries --------------------------------------------------------------------------
+    def transfer_us(self, nbytes: int) -> float:
+        """One CPU<->NPU transfer of ``nbytes``."""
+        return self.target.transfer.latency_us(nbytes)
+
+    def conversion_us(self, host_bytes: int, npu_bytes: int) -> float:
+        """Layout/precision conversion on the CPU: reads one form, writes the other."""
+        return self.target.cpu.memory_us(host_bytes + npu_bytes)
+
+    def needs_conversion(self, facts: GraphFacts, v) -> bool:
+        """True when a tensor crossing CPU<->NPU changes layout (4-D, NHWC NPU) or element size."""
+        if facts.npu_bytes(v) != facts.host_bytes(v):
+            return True
+        return self.target.npu.layout == "NHWC" and v.type.rank == 4
+
+
+def plan_residency(order: list[NodeFacts], device: dict[str, str], partition: dict[str, int],
+                   facts: GraphFacts, budget: float) -> set[str]:
+    """Values kept in on-chip SRAM between NPU ops (greedy linear scan over the schedule).
+
+    A value stays on chip when its producer and all its consumers run in the same NPU
+    partition, it is not a graph output, and it fits the budget still free at the time it is
+    produced; it leaves after its last consumer.
+    """
+    pos = {f.name: i for i, f in enumerate(order)}
+    resident: set[str] = set()
+    live: list[tuple[int, int, str]] = []  # (last use position, bytes, name)
+    used = 0.0
+    import heapq
+
+    for i, f in enumerate(order):
+        while live and live[0][0] < i:
+            _, b, _ = heapq.heappop(live)
+            used -= b
+        if device.get(f.name) != "npu":
+            continue
+        part = partition.get(f.name)
+        for v in f.outputs:
+            if v.name in facts.output_names:
+                continue
+            cons = facts.consumers(v)
+            if not cons or any(device.get(c.name) != "npu" or partition.get(c.name) != part for c in cons):
+                continue
+            b = facts.npu_bytes(v)
+            if used + b > budget:
+                continue
+            resident.add(v.name)
+            used += b
+            heapq.heappush(live, (max(pos[c.name] for c in cons), b, v.name))
+    return resident

@@ -1,0 +1,429 @@
+"""HardwareTarget: an NPU, the CPU beside it and the link between them, loaded from YAML.
+
+A target is plain data passed explicitly to placement, the cost model and the simulator (no
+globals), so two open documents can aim at two chips. The YAML schema (one section each):
+
+``npu``       MAC array (rows x cols, dataflow os|ws|is), clock, precision in use and the
+              MACs/cycle of every supported precision, vector unit width, on-chip SRAM, DRAM
+              bandwidth and latency (optionally a separate weight port, e.g. flash), the
+              per-dispatch and per-op overheads, the preferred layout, global constraints and
+              the supported op types with per-op constraint overrides.
+``cpu``       peak GFLOPS and memory bandwidth of the core running fallback ops.
+``transfer``  CPU<->NPU bandwidth and fixed cost per transfer (sync, cache maintenance).
+``thermal``   sustained clock under continuous load and the time constant to reach it.
+
+Loading validates everything and raises ``InputError("FILE: field X: ...")`` naming the file
+and the field, which the CLI prints as one ``error:`` line (exit 2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from engine.errors import InputError
+from engine.hw.schema import Field, check, check_value, fail, unknown_key
+
+TARGETS_DIR = Path(__file__).resolve().parents[2] / "assets" / "targets"
+
+PRECISION_DTYPES: dict[str, str] = {
+    "int8": "int8", "uint8": "uint8", "int16": "int16",
+    "fp16": "float16", "bf16": "bfloat16", "fp32": "float32",
+}
+"""Compute precisions (the names the quantizer uses) and the tensor dtype each stores."""
+
+DTYPE_BYTES: dict[str, int] = {
+    "bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4,
+    "int64": 8, "uint64": 8, "float16": 2, "bfloat16": 2, "float32": 4, "float64": 8,
+}
+DATAFLOWS = ("os", "ws", "is")
+LAYOUTS = ("NCHW", "NHWC")
+
+CONSTRAINT_SCHEMA: dict[str, Field] = {
+    "dtypes": Field("str_list", "tensor element types the NPU can hold", required=False),
+    "static_shapes": Field("bool", "every shape must be known at compile time", required=False),
+    "max_rank": Field("int", "largest tensor rank", required=False, minimum=1),
+    "max_tensor_kib": Field("number", "largest single tensor in KiB", required=False, above=0),
+    "max_kernel": Field("int", "largest kernel height/width of window ops", required=False, minimum=1),
+    "max_stride": Field("int", "largest stride of window ops", required=False, minimum=1),
+    "max_dilation": Field("int", "largest dilation of window ops", required=False, minimum=1),
+}
+
+NPU_SCHEMA: dict[str, Any] = {
+    "array": {
+        "rows": Field("int", "MAC array rows", minimum=1),
+        "cols": Field("int", "MAC array columns", minimum=1),
+        "dataflow": Field("str", "systolic dataflow: os (output stationary), ws (weight), is (input)",
+                          required=False, default="os", choices=DATAFLOWS),
+    },
+    "clock_mhz": Field("number", "NPU peak clock in MHz", above=0),
+    "precision": Field("str", "compute precision used for the model", choices=tuple(PRECISION_DTYPES)),
+    "precisions": Field("map", "MACs per cycle of each supported precision"),
+    "vector_ops_per_cycle": Field("number", "element ops per cycle of the vector unit", above=0),
+    "sram_kib": Field("number", "on-chip SRAM in KiB", above=0),
+    "dram_bandwidth_gbps": Field("number", "DRAM bandwidth in GB/s", above=0),
+    "dram_latency_ns": Field("number", "DRAM access latency in ns", minimum=0),
+    "weight_bandwidth_gbps": Field("number", "bandwidth of a separate weight port (e.g. flash) in GB/s",
+                                   required=False, above=0),
+    "dispatch_overhead_us": Field("number", "host cost of submitting one NPU partition in us", minimum=0),
+    "op_overhead_us": Field("number", "per-op command overhead in us", minimum=0),
+    "layout": Field("str", "preferred activation layout", required=False, default="NHWC", choices=LAYOUTS),
+    "residency_fraction": Field("number", "share of SRAM that may hold activations between fused ops",
+                                required=False, default=0.5, minimum=0),
+    "constraints": Field("map", "global constraints of every op"),
+    "ops": Field("mapping_or_list", "supported op types, each with optional constraint overrides"),
+}
+
+SCHEMA: dict[str, Any] = {
+    "name": Field("str", "short target name"),
+    "description": Field("str", "one-line description", required=False, default=""),
+    "npu": NPU_SCHEMA,
+    "cpu": {
+        "name": Field("str", "CPU description", required=False, default="CPU"),
+        "peak_gflops": Field("number", "CPU peak GFLOPS of the inference thread", above=0),
+        "memory_bandwidth_gbps": Field("number", "CPU memory bandwidth in GB/s", above=0),
+        "op_overhead_us": Field("number", "per-op dispatch overhead on the CPU in us", minimum=0),
+        "cache_kib": Field("number", "last-level cache the inference thread can use, in KiB", required=False,
+                           default=0.0, minimum=0),
+        "cache_bandwidth_gbps": Field("number", "bandwidth of that cache in GB/s", required=False, above=0),
+    },
+    "transfer": {
+        "bandwidth_gbps": Field("number", "CPU<->NPU transfer bandwidth in GB/s", above=0),
+        "fixed_us": Field("number", "fixed cost of one transfer in us", minimum=0),
+    },
+    "thermal": {
+        "sustained_clock_mhz": Field("number", "NPU clock under sustained load in MHz", above=0),
+        "time_constant_s": Field("number", "seconds of continuous load to approach the sustained clock",
+                                 above=0),
+    },
+}
+
+
+@dataclass(frozen=True)
+class OpConstraints:
+    """The constraints one op type must meet on a target's NPU (global merged with per-op).
+
+    ``listed`` is False for op types the target does not list. Rules in nodes/rules.py read
+    these fields; ``fields()`` feeds the format fields of their docstrings.
+    """
+
+    op_type: str
+    listed: bool
+    dtypes: tuple[str, ...]
+    precision: str
+    static_shapes: bool = True
+    max_rank: int | None = None
+    max_tensor_kib: float | None = None
+    max_kernel: int | None = None
+    max_stride: int | None = None
+    max_dilation: int | None = None
+    target: str = ""
+
+    @property
+    def max_tensor_bytes(self) -> int | None:
+        """The tensor size limit in bytes, or None."""
+        return None if self.max_tensor_kib is None else int(self.max_tensor_kib * 1024)
+
+    @property
+    def precision_dtype(self) -> str:
+        """The dtype name float tensors take on this NPU (int8, bfloat16 ...)."""
+        return PRECISION_DTYPES[self.precision]
+
+    def fields(self) -> dict[str, Any]:
+        """Format fields for rule docstrings (limits, names, joined dtype list)."""
+        d = dataclasses.asdict(self)
+        d["dtypes"] = ", ".join(self.dtypes)
+        d["max_tensor_kib"] = f"{self.max_tensor_kib:g}" if self.max_tensor_kib is not None else "any"
+        return d
+
+
+@dataclass(frozen=True)
+class NpuProfile:
+    """The accelerator: MAC array, clock, precisions, memories and overheads."""
+
+    rows: int
+    cols: int
+    dataflow: str
+    clock_mhz: float
+    precision: str
+    precisions: dict[str, float]
+    vector_ops_per_cycle: float
+    sram_kib: float
+    dram_bandwidth_gbps: float
+    dram_latency_ns: float
+    dispatch_overhead_us: float
+    op_overhead_us: float
+    layout: str = "NHWC"
+    residency_fraction: float = 0.5
+    weight_bandwidth_gbps: float | None = None
+
+    @property
+    def sram_bytes(self) -> int:
+        """On-chip SRAM in bytes."""
+        return int(self.sram_kib * 1024)
+
+    @property
+    def macs_per_cycle(self) -> float:
+        """MACs per cycle at the precision in use."""
+        return self.precisions[self.precision]
+
+    @property
+    def rate(self) -> float:
+        """MACs per cycle per processing element at the precision in use (1.0 for int8 on most)."""
+        return self.macs_per_cycle / (self.rows * self.cols)
+
+    @property
+    def element_bytes(self) -> int:
+        """Bytes of one element at the precision in use."""
+        return DTYPE_BYTES[PRECISION_DTYPES[self.precision]]
+
+    @property
+    def peak_tops(self) -> float:
+        """Peak tera-ops per second (2 ops per MAC) at the precision in use."""
+        return 2 * self.macs_per_cycle * self.clock_mhz * 1e6 / 1e12
+
+
+@dataclass(frozen=True)
+class CpuProfile:
+    """The CPU core that runs fallback ops."""
+
+    name: str
+    peak_gflops: float
+    memory_bandwidth_gbps: float
+    op_overhead_us: float
+    cache_kib: float = 0.0
+    cache_bandwidth_gbps: float | None = None
+
+    def memory_us(self, nbytes: float) -> float:
+        """Time to move ``nbytes``: the part that fits the cache at cache bandwidth, the rest at DRAM's."""
+        if self.cache_kib > 0 and self.cache_bandwidth_gbps:
+            cached = min(nbytes, self.cache_kib * 1024)
+            return cached / (self.cache_bandwidth_gbps * 1e3) + (nbytes - cached) / (self.memory_bandwidth_gbps * 1e3)
+        return nbytes / (self.memory_bandwidth_gbps * 1e3)
+
+
+@dataclass(frozen=True)
+class TransferProfile:
+    """The CPU<->NPU link."""
+
+    bandwidth_gbps: float
+    fixed_us: float
+
+    def latency_us(self, nbytes: int) -> float:
+        """Time of one transfer of ``nbytes``."""
+        return self.fixed_us + nbytes / (self.bandwidth_gbps * 1e3)
+
+
+@dataclass(frozen=True)
+class ThermalProfile:
+    """Simple thermal model: the clock decays from peak toward ``sustained_clock_mhz``."""
+
+    sustained_clock_mhz: float
+    time_constant_s: float
+
+
+@dataclass(frozen=True)
+class HardwareTarget:
+    """A complete target profile; build it with ``load_target`` or ``resolve_target``."""
+
+    name: str
+    description: str
+    npu: NpuProfile
+    cpu: CpuProfile
+    transfer: TransferProfile
+    thermal: ThermalProfile
+    constraints: dict[str, Any]
+    ops: dict[str, dict[str, Any]]
+    source: str = ""
+    _cache: dict[str, OpConstraints] = field(default_factory=dict, repr=False, compare=False)
+
+    def supports(self, op_type: str) -> bool:
+        """True when the target lists the op type."""
+        return op_type in self.ops
+
+    def constraints_for(self, op_type: str) -> OpConstraints:
+        """The merged constraints of an op type (cached per target)."""
+        c = self._cache.get(op_type)
+        if c is None:
+            merged = {**self.constraints, **self.ops.get(op_type, {})}
+            c = OpConstraints(
+                op_type=op_type, listed=op_type in self.ops,
+                dtypes=tuple(merged.get("dtypes") or ()), precision=self.npu.precision,
+                static_shapes=bool(merged.get("static_shapes", True)),
+                max_rank=merged.get("max_rank"), max_tensor_kib=merged.get("max_tensor_kib"),
+                max_kernel=merged.get("max_kernel"), max_stride=merged.get("max_stride"),
+                max_dilation=merged.get("max_dilation"), target=self.name)
+            self._cache[op_type] = c
+        return c
+
+    def with_cpu(self, **changes: Any) -> HardwareTarget:
+        """A copy with CPU fields changed (e.g. peak_gflops and memory_bandwidth_gbps measured
+        on the host by a micro-benchmark)."""
+        return dataclasses.replace(self, cpu=dataclasses.replace(self.cpu, **changes), _cache={})
+
+    def with_npu(self, **changes: Any) -> HardwareTarget:
+        """A copy with some NPU fields changed (what-if studies, tests)."""
+        return dataclasses.replace(self, npu=dataclasses.replace(self.npu, **changes), _cache={})
+
+    def with_ops(self, ops: dict[str, dict[str, Any]]) -> HardwareTarget:
+        """A copy listing other op types (tests, what-if studies)."""
+        return dataclasses.replace(self, ops={k: dict(v) for k, v in ops.items()}, _cache={})
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-ready description of the key figures."""
+        n = self.npu
+        return {
+            "name": self.name, "description": self.description,
+            "npu": {"array": f"{n.rows}x{n.cols} {n.dataflow}", "clock_mhz": n.clock_mhz,
+                    "precision": n.precision, "peak_tops": round(n.peak_tops, 3),
+                    "sram_kib": n.sram_kib, "dram_bandwidth_gbps": n.dram_bandwidth_gbps,
+                    "layout": n.layout, "ops": len(self.ops)},
+            "cpu": {"name": self.cpu.name, "peak_gflops": self.cpu.peak_gflops,
+                    "memory_bandwidth_gbps": self.cpu.memory_bandwidth_gbps},
+            "transfer": {"bandwidth_gbps": self.transfer.bandwidth_gbps, "fixed_us": self.transfer.fixed_us},
+        }
+
+
+# -- loading -------------------------------------------------------------------------------------
+def _check_constraints(doc: Any, where: str, path: str) -> dict[str, Any]:
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise fail(where, path, f"expected a mapping of constraints, got {type(doc).__name__}")
+    out: dict[str, Any] = {}
+    for key, value in doc.items():
+        spec = CONSTRAINT_SCHEMA.get(str(key))
+        if spec is None:
+            raise unknown_key(str(key), list(CONSTRAINT_SCHEMA), where, f"{path}.{key}")
+        value = check_value(value, spec, where, f"{path}.{key}")
+        if key == "dtypes":
+            for k, dt in enumerate(value):
+                if dt not in DTYPE_BYTES:
+                    raise fail(where, f"{path}.dtypes[{k}]",
+                               f"unknown dtype {dt!r} (known: {', '.join(DTYPE_BYTES)})")
+            value = tuple(value)
+        out[str(key)] = value
+    return out
+
+
+def _check_ops(doc: Any, where: str, known_ops: set[str] | None) -> dict[str, dict[str, Any]]:
+    if isinstance(doc, list):
+        doc = {name: None for name in doc}
+    if not isinstance(doc, dict):
+        raise fail(where, "npu.ops", "expected a mapping (or list) of op type names")
+    out: dict[str, dict[str, Any]] = {}
+    for name, over in doc.items():
+        path = f"npu.ops.{name}"
+        if not isinstance(name, str):
+            raise fail(where, path, "op names must be strings")
+        if known_ops is not None and name not in known_ops:
+            import difflib
+
+            close = difflib.get_close_matches(name, sorted(known_ops), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise fail(where, path, f"unknown op name {name!r}{hint}")
+        out[name] = _check_constraints(over, where, path)
+    return out
+
+
+def target_from_dict(doc: Any, where: str, known_ops: set[str] | None = None) -> HardwareTarget:
+    """Validate a parsed YAML document and build the target (``where`` names it in errors).
+
+    ``known_ops`` defaults to the op types NPU Studio defines (nodes.registry).
+    """
+    if known_ops is None:
+        from nodes import registry
+
+        known_ops = registry.op_types()
+    d = check(doc, SCHEMA, where)
+    n = d["npu"]
+    precisions: dict[str, float] = {}
+    for key, value in n["precisions"].items():
+        if key not in PRECISION_DTYPES:
+            raise fail(where, f"npu.precisions.{key}",
+                       f"unknown precision {key!r} (known: {', '.join(PRECISION_DTYPES)})")
+        precisions[key] = check_value(value, Field("number", "MACs per cycle", above=0), where,
+                                      f"npu.precisions.{key}")
+    if n["precision"] not in precisions:
+        raise fail(where, "npu.precision", f"{n['precision']!r} is not among npu.precisions "
+                   f"({', '.join(precisions) or 'none'})")
+    if n["residency_fraction"] > 1:
+        raise fail(where, "npu.residency_fraction", f"must be at most 1, got {n['residency_fraction']}")
+    constraints = _check_constraints(n["constraints"], where, "npu.constraints")
+    constraints.setdefault("dtypes", (PRECISION_DTYPES[n["precision"]],))
+    ops = _check_ops(n["ops"], where, known_ops)
+    npu = NpuProfile(
+        rows=n["array"]["rows"], cols=n["array"]["cols"], dataflow=n["array"]["dataflow"],
+        clock_mhz=n["clock_mhz"], precision=n["precision"], precisions=precisions,
+        vector_ops_per_cycle=n["vector_ops_per_cycle"], sram_kib=n["sram_kib"],
+        dram_bandwidth_gbps=n["dram_bandwidth_gbps"], dram_latency_ns=n["dram_latency_ns"],
+        weight_bandwidth_gbps=n["weight_bandwidth_gbps"], dispatch_overhead_us=n["dispatch_overhead_us"],
+        op_overhead_us=n["op_overhead_us"], layout=n["layout"], residency_fraction=n["residency_fraction"])
+    th = d["thermal"]
+    if th["sustained_clock_mhz"] > npu.clock_mhz:
+        raise fail(where, "thermal.sustained_clock_mhz",
+                   f"{th['sustained_clock_mhz']:g} MHz is above the peak npu.clock_mhz {npu.clock_mhz:g}")
+    return HardwareTarget(
+        name=d["name"], description=d["description"], npu=npu,
+        cpu=CpuProfile(**d["cpu"]), transfer=TransferProfile(**d["transfer"]),
+        thermal=ThermalProfile(**th), constraints=constraints, ops=ops, source=where)
+
+
+def load_target(path: str | Path, known_ops: set[str] | None = None) -> HardwareTarget:
+    """Load and validate a target YAML file; InputError names the file and the field."""
+    p = Path(path)
+    where = str(path)
+    if not p.is_file():
+        raise InputError(f"{where}: no such target file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{where}: cannot read: {exc}") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise InputError(f"{where}: not valid YAML{line}: {problem}") from None
+    return target_from_dict(doc, where, known_ops)
+
+
+def bundled_targets() -> dict[str, Path]:
+    """Name -> path of every bundled profile (assets/targets/NAME.yaml), sorted by name."""
+    if not TARGETS_DIR.is_dir():
+        return {}
+    return {p.stem: p for p in sorted(TARGETS_DIR.glob("*.yaml"))}
+
+
+def resolve_target(name_or_path: str | Path | HardwareTarget) -> HardwareTarget:
+    """A bundled profile by name, or a YAML file by path (a HardwareTarget passes through)."""
+    if isinstance(name_or_path, HardwareTarget):
+        return name_or_path
+    text = str(name_or_path)
+    bundled = bundled_targets()
+    if text in bundled:
+        return load_target(bundled[text])
+    p = Path(text)
+    if p.suffix.lower() in (".yaml", ".yml") or p.exists() or "/" in text or "\\" in text:
+        return load_target(p)
+    names = ", ".join(bundled) or "none"
+    raise InputError(f"--target {text}: no bundled target of that name (bundled: {names}; "
+                     "or give the path of a .yaml file)")
+
+
+def list_targets() -> list[tuple[str, str]]:
+    """(name, description) of every bundled target, read without full validation."""
+    rows = []
+    for name, path in bundled_targets().items():
+        try:
+            doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            desc = str(doc.get("description", "")) if isinstance(doc, dict) else ""
+        except (OSError, yaml.YAMLError):
+            desc = "(unreadable)"
+        rows.append((name, desc))
+    return rows
