@@ -125,7 +125,7 @@ def _cli(argv):
 
 
 def test_cli_quantize_writes_qdq_model_and_report(tmp_path):
-    rc, out, err = _cli(["quantize", str(demo_model("digits_cnn")), "--calib", str(ASSETS / "data" / "digits_calib.npz"),
+    rc, _, err = _cli(["quantize", str(demo_model("digits_cnn")), "--calib", str(ASSETS / "data" / "digits_calib.npz"),
                          "-o", str(tmp_path / "q.onnx"), "--method", "percentile", "--per-channel",
                          "--report", str(tmp_path / "r.json"), "--max-samples", "24"])
     assert rc == 0, err
