@@ -48,6 +48,10 @@ class QuantResult:
             "precision": dict(sorted(self.model.node_precision.items())),
             "diagnostics": [d.to_json() for d in self.diagnostics + self.model.diagnostics],
         }
+        mp = getattr(self, "mixed_precision", None)
+        if mp is not None:
+            doc["mixed_precision"] = {"reached": mp.reached, "raises": mp.steps,
+                                      "output_sqnr_db": round(mp.output_sqnr_db, 3)}
         return doc
 
 

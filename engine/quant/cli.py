@@ -139,6 +139,8 @@ def cmd_quantize(args: argparse.Namespace, out: Out) -> int:
         if "nothing to quantize" in str(exc):
             raise InputError(f"{args.model}: {exc}") from None
         raise
+    if args.target_sqnr is not None or args.target_cosine is not None:
+        result = _mixed_precision(args, graph, data, result, progress, out)
     write_model_atomic(result.graph, Path(args.output))
     report = result.report()
     if args.report:
@@ -155,6 +157,35 @@ def cmd_quantize(args: argparse.Namespace, out: Out) -> int:
     return EXIT_OK
 
 
+def _mixed_precision(args: argparse.Namespace, graph: Graph, data: CalibrationSet, result, progress, out: Out):
+    """Raise the most sensitive layers until the outputs reach --target-sqnr / --target-cosine."""
+    from engine.quant.api import quantize
+    from engine.quant.mixed import auto_mixed_precision, latency_cost_from_sim
+
+    cost = None
+    if args.target:
+        from engine.hw.target import resolve_target
+        from engine.sim.timeline import simulate
+
+        target = resolve_target(args.target)
+        cost = latency_cost_from_sim(simulate(graph, target), target)
+    if result.analysis is None:
+        raise InputError("--target-sqnr/--target-cosine need the error analysis (--analysis-samples > 0)")
+    ranking = [le.node for le in result.analysis.sensitivity()]
+    mp = auto_mixed_precision(graph, data, result.config, result.calibration, ranking,
+                              target_sqnr_db=args.target_sqnr, target_cosine=args.target_cosine,
+                              precision=args.raise_to, latency_cost=cost)
+    for st in mp.steps:
+        extra = f", +{st['latency_cost_us']:.1f} us" if st["latency_cost_us"] is not None else ""
+        out.line(f"raised {st['node']} to {st['precision']}: output SQNR {st['output_sqnr_db']:.2f} dB{extra}")
+    if not mp.reached:
+        out.info(f"warning: target not reached after {len(mp.steps)} raise(s); output SQNR {mp.output_sqnr_db:.2f} dB")
+    final = quantize(graph, data, mp.config, analysis_samples=args.analysis_samples, calibration=result.calibration,
+                     progress=progress)
+    final.mixed_precision = mp  # type: ignore[attr-defined]
+    return final
+
+
 @extra_command
 def _add_quantize(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("quantize", help="calibrate on real data and write a QDQ model")
@@ -169,6 +200,11 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--report", metavar="R.json", help="write the per-layer error report")
     p.add_argument("--analysis-samples", type=int, default=16, help="samples used for the error analysis")
     p.add_argument("--no-optimize", action="store_true", help="quantize the graph as loaded (no BN folding/fusion)")
+    p.add_argument("--target-sqnr", type=float, metavar="DB",
+                   help="mixed precision: raise the most sensitive layers until every output reaches this SQNR")
+    p.add_argument("--target-cosine", type=float, metavar="C", help="mixed precision: ... this cosine")
+    p.add_argument("--raise-to", choices=("int16", "fp16", "bf16"), default="int16", help="precision of raised layers")
+    p.add_argument("--target", metavar="T", help="hardware target pricing each raise in latency")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.set_defaults(func=cmd_quantize)
 

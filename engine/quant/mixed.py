@@ -96,3 +96,28 @@ def auto_mixed_precision(graph: Graph, data: CalibrationSet, config: QuantConfig
         result.config, result.output_sqnr_db, result.output_cosine = config, sq, cos
         result.reached = ok(sq, cos)
     return result
+
+
+_BYTES = {"int8": 1, "uint8": 1, "int16": 2, "fp16": 2, "bf16": 2, "fp32": 4}
+
+
+def latency_cost_from_sim(sim, target) -> LatencyCost:
+    """A LatencyCost from a simulation at the target's precision: raising a node to a wider type
+    scales its compute time by the MAC-rate ratio and its memory time by the element-size ratio
+    (a node the target cannot run at that precision falls back: cost = its CPU estimate)."""
+    by_node = {o.node: o for o in sim.ops}
+    base = target.npu.precision
+    rates = target.npu.precisions
+
+    def cost(node: str, precision: str) -> float:
+        rec = by_node.get(node)
+        if rec is None or rec.device != "npu":
+            return 0.0
+        c = rec.cost
+        if precision not in rates:
+            return float(max(c.compute_us, c.memory_us) * 4.0)  # no such MAC mode: a CPU-class slowdown
+        compute = c.compute_us * rates[base] / rates[precision]
+        memory = c.memory_us * _BYTES.get(precision, 4) / _BYTES.get(base, 1)
+        return float(max(compute, memory) - max(c.compute_us, c.memory_us))
+
+    return cost

@@ -151,3 +151,24 @@ def test_cli_quantize_model_without_quantizable_op_is_exit_2(tmp_path):
     assert rc == 2
     assert "no quantizable op" in err and err.count("\n") == 1
     assert not (tmp_path / "o.onnx").exists()
+
+
+def test_mixed_precision_raises_sensitive_layers_until_target(tmp_path):
+    base_target = 36.0
+    rc, out, err = _cli(["quantize", str(demo_model("mobilenet_demo")), "--calib",
+                         str(ASSETS / "data" / "mobilenet_calib.npz"), "-o", str(tmp_path / "mp.onnx"),
+                         "--target-sqnr", str(base_target), "--target", "phone-npu", "--report", str(tmp_path / "r.json"),
+                         "--quiet", "--analysis-samples", "8"])
+    assert rc == 0, err
+    doc = json.loads((tmp_path / "r.json").read_text())
+    mp = doc["mixed_precision"]
+    assert mp["reached"]
+    assert mp["raises"], "the int8 model alone should not reach the target"
+    assert all(r["precision"] == "int16" and r["latency_cost_us"] is not None for r in mp["raises"])
+    raised = {r["node"] for r in mp["raises"]}
+    assert {n for n, p in doc["precision"].items() if p == "int16"} == raised
+    sq = [r["output_sqnr_db"] for r in mp["raises"]]
+    assert sq[-1] >= base_target
+    model = onnx.load(str(tmp_path / "mp.onnx"))
+    assert model.opset_import[0].version >= 21  # int16 QDQ needs opset 21
+    _session(model).run(None, {"image": np.load(ASSETS / "data" / "mobilenet_calib.npz")["image"][0]})
