@@ -288,14 +288,19 @@ class ConvSpec(OpSpec):
 
     def reference(self, ctx: RunContext, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
         """im2col + matmul per group."""
-        a = ctx.attrs
-        kernel = list(w.shape[2:])
-        ks = ints(a.get("kernel_shape"))
-        if ks and ks != kernel:
-            raise OpError(f"kernel_shape {ks} does not match W of shape {list(w.shape)}")
-        strides, dils = window_attrs(a, x.ndim - 2)
-        pb, pe, _ = window_geometry(x.shape[2:], kernel, strides, dils, a)
-        return conv_nd(x, w, b, strides, dils, pb, pe, int(a["group"])).astype(x.dtype, copy=False)
+        key = (x.shape, w.shape)
+        geom = ctx.cache.get(key)
+        if geom is None:
+            a = ctx.attrs
+            kernel = list(w.shape[2:])
+            ks = ints(a.get("kernel_shape"))
+            if ks and ks != kernel:
+                raise OpError(f"kernel_shape {ks} does not match W of shape {list(w.shape)}")
+            strides, dils = window_attrs(a, x.ndim - 2)
+            pb, pe, _ = window_geometry(x.shape[2:], kernel, strides, dils, a)
+            geom = ctx.cache[key] = (strides, dils, pb, pe, int(a["group"]))
+        strides, dils, pb, pe, group = geom
+        return conv_nd(x, w, b, strides, dils, pb, pe, group).astype(x.dtype, copy=False)
 
     def work(self, ctx: NodeContext) -> Work:
         """MACs = N * M * prod(out) * (C/group) * prod(kernel)."""

@@ -123,7 +123,7 @@ class NodeContext:
 class RunContext:
     """What a reference kernel sees besides its inputs: attributes, opset and subgraph runner."""
 
-    __slots__ = ("attrs", "node", "opset", "run_subgraph")
+    __slots__ = ("attrs", "cache", "node", "opset", "run_subgraph")
 
     def __init__(self, node: Node, attrs: dict[str, Any], opset: int,
                  run_subgraph: Callable[[Graph, dict[str, np.ndarray]], list[np.ndarray]] | None = None) -> None:
@@ -131,6 +131,8 @@ class RunContext:
         self.attrs = attrs
         self.opset = opset
         self.run_subgraph = run_subgraph
+        # Per-node memo for kernels (e.g. window geometry per input shape); lives as long as the plan.
+        self.cache: dict[Any, Any] = {}
 
 
 @dataclass(frozen=True)

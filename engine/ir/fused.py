@@ -24,6 +24,7 @@ SiLU           x * sigmoid(x)                                       Sigmoid(x); 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,23 +68,36 @@ def activation_steps(record: dict[str, Any], opset: int, dtype: np.dtype | None 
     return [Step(op, [X], attrs)]
 
 
-def run_activation(node: Any, x: np.ndarray, opset: int) -> np.ndarray:
-    """Apply ``node.meta["activation"]`` to ``x`` with the registry's reference kernels."""
+def activation_fn(node: Any, opset: int, dtype: np.dtype | None = None) -> Callable[[np.ndarray], np.ndarray]:
+    """``node.meta["activation"]`` as a function of the op's output, with the registry's reference
+    kernels resolved once (the executor keeps it in its plan)."""
     from nodes import registry
     from nodes.spec import REQUIRED, RunContext
 
-    record = node.meta["activation"]
-    prev = x
-    for step in activation_steps(record, opset, x.dtype):
+    compiled = []
+    for step in activation_steps(node.meta["activation"], opset, dtype):
         spec = registry.get(step.op_type)
         if spec is None:
             raise ValueError(f"fused activation {step.op_type!r} of node {node.name!r} has no kernel")
         attrs = {a.name: a.default for a in spec.attrs if a.default is not REQUIRED}
         attrs.update(step.attrs)
-        args = [x if a is X else prev if a is PREV else a for a in step.inputs]
-        res = spec.reference(RunContext(node, attrs, opset), *args)
-        prev = res if isinstance(res, np.ndarray) else np.asarray(res[0])
-    return prev
+        compiled.append((spec.reference, RunContext(node, attrs, opset), step.inputs))
+
+    def run(x: np.ndarray) -> np.ndarray:
+        prev = x
+        for ref, ctx, inputs in compiled:
+            args = [x if a is X else prev if a is PREV else
+                    (a.astype(x.dtype) if isinstance(a, np.ndarray) and a.dtype != x.dtype else a) for a in inputs]
+            res = ref(ctx, *args)
+            prev = res if isinstance(res, np.ndarray) else np.asarray(res[0])
+        return prev
+
+    return run
+
+
+def run_activation(node: Any, x: np.ndarray, opset: int) -> np.ndarray:
+    """Apply ``node.meta["activation"]`` to ``x`` with the registry's reference kernels."""
+    return activation_fn(node, opset, x.dtype)(x)
 
 
 def describe(record: dict[str, Any]) -> str:

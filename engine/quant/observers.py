@@ -160,7 +160,9 @@ class HistogramObserver(Observer):
             kl = float(np.sum(ps * np.log(ps / qs)))
             if kl < best_kl:
                 best_kl, best_i = kl, i
-        return float(best_i * self.amax / self.bins)
+        # KL only weighs the shape of |x|: on a tensor far from zero (a sigmoid gate in [0.4, 0.6])
+        # it can pick a threshold below most of the data. Never clip more than 0.1% of values.
+        return float(max(best_i * self.amax / self.bins, self.percentile_threshold(99.9)))
 
     def mse_threshold(self, nlevels: int, candidates: int = 128) -> float:
         """Threshold between 5% and 100% of max |x| minimizing the expected squared error."""

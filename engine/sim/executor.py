@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import ExecutionError
-from engine.ir.fused import run_activation
+from engine.ir.fused import activation_fn
 from engine.ir.graph import Graph, Node
 from nodes import registry
 from nodes.spec import OpError, OpSpec, RunContext
@@ -30,7 +30,7 @@ class _Step:
     inputs: tuple[str | None, ...]
     outputs: tuple[str | None, ...]
     free: tuple[str, ...]
-    activation: dict[str, Any] | None = None  # a fused activation (engine.ir.fused), run after the kernel
+    activation: Callable[[np.ndarray], np.ndarray] | None = None  # a fused activation, run after the kernel
 
 
 class _Plan:
@@ -63,7 +63,8 @@ class _Plan:
             steps.append(_Step(node, spec, ctx,
                                tuple(v.name if v is not None else None for v in node.inputs),
                                tuple(v.name if v is not None else None for v in node.outputs),
-                               tuple(frees[k]), node.meta.get("activation")))
+                               tuple(frees[k]),
+                               activation_fn(node, graph.opset("")) if node.meta.get("activation") else None))
         self.consts = {name: v.const for name, v in graph.initializers.items()}
         # Steps that read only constants are computed once, on the first run, and cached (as a
         # runtime folds constants at session creation): ConstantOfShape weights, shape arithmetic.
@@ -105,7 +106,7 @@ def _execute(step: _Step, env: Mapping[str, Any], local: dict[str, Any]) -> None
     try:
         res = step.spec.reference(step.ctx, *args)
         if step.activation is not None:
-            res = [run_activation(step.node, _first(res), step.ctx.opset)]
+            res = [step.activation(_first(res))]
     except ExecutionError:
         raise
     except OpError as exc:
