@@ -4,7 +4,9 @@ A project is JSON with a format version::
 
     {"format": "npu-studio-project", "version": 1,
      "model": {"path": "mobilenet.onnx", "sha256": "..."},      # path relative to the project
-     "target": "phone-npu", "passes": {...}, "quantization": {...},
+     "target": "phone-npu", "passes": {"fuse_gelu": false, ...},
+     "quantization": {"method": "entropy", "per_channel": true, "symmetric": false, "dtype": "int8",
+                      "percentile": 99.99, "reduce_range": false, "calibration": "calib.npz"},
      "pins": {"node name": "cpu"}, "shapes": {"input": [1, 3, 224, 224]},
      "edits": {"removed": [...], "added": [...], "inputs": {...}, "attrs": {...},
                "input_types": {...}}}

@@ -158,3 +158,40 @@ def test_simulate_json_per_contract(tmp_path):
     assert rc == 0, err
     doc = json.loads(out)
     _check_plan(doc, None)
+
+
+def test_cli_compiles_a_project_file_with_its_settings(tmp_path):
+    from engine.project import Project, save_project, sha256_of
+
+    model = demo_model("digits_cnn")
+    g = engine.load(model)
+    pin_node = g.nodes[0].name
+    proj = Project(model, sha256_of(model), target="phone-npu",
+                   quantization={"method": "entropy", "per_channel": True,
+                                 "calibration": str(ASSETS / "data" / "digits_calib.npz")},
+                   pins={pin_node: "cpu"})
+    save_project(tmp_path / "digits.npuproj", proj)
+    rc, out, err = _cli(["compile", str(tmp_path / "digits.npuproj"), "-o", str(tmp_path / "b"), "--quiet",
+                         "--analysis-samples", "2"])
+    assert rc == 0, err
+    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    assert manifest["inputs"]["options"]["quant"]["method"] == "entropy"
+    assert manifest["inputs"]["options"]["pins"] == {pin_node: "cpu"}
+    plan = json.loads((tmp_path / "b" / "plan.json").read_text())
+    assert plan["target"] == "phone-npu"
+    pinned = [o for o in plan["ops"] if o["node"] == pin_node or pin_node in (o.get("provenance") or [])]
+    assert pinned
+    assert pinned[0]["device"] == "cpu"
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ('{"format": "npu-studio-project", "version": 1, "model": {"pa', "invalid or truncated JSON"),
+    ('{"format": "npu-studio-project", "version": 99, "model": {"path": "m.onnx"}}', "newer than this NPU Studio"),
+])
+def test_cli_compile_refuses_bad_project_files(tmp_path, content, message):
+    (tmp_path / "p.npuproj").write_text(content)
+    rc, _, err = _cli(["compile", str(tmp_path / "p.npuproj"), "-o", str(tmp_path / "b")])
+    assert rc == 2
+    assert message in err
+    assert err.count("\n") == 1
+    assert not (tmp_path / "b").exists()
