@@ -203,7 +203,8 @@ _CONV_ATTRS = (
 )
 
 
-def _kernel_from(ctx: NodeContext, w_index: int = 1) -> list[int] | None:
+def conv_kernel(ctx: NodeContext, w_index: int = 1) -> list[int] | None:
+    """Spatial kernel size: the kernel_shape attribute, else the static trailing dims of W."""
     k = ints(ctx.attrs.get("kernel_shape"))
     if k:
         return k
@@ -211,6 +212,48 @@ def _kernel_from(ctx: NodeContext, w_index: int = 1) -> list[int] | None:
     if ws is None or not all(isinstance(d, int) for d in ws[2:]):
         return None
     return [int(d) for d in ws[2:]]
+
+
+def conv_out_shape(ctx: NodeContext, w_index: int = 1) -> tuple[Dim, ...] | None:
+    """(N, M, *out_spatial) of input 0 convolved with the (M, C/group, k1, ...) weight at
+    ``w_index``; dims that cannot be told are None (the whole shape when no rank is known)."""
+    xs, ws = ctx.shape(0), ctx.shape(w_index)
+    m: Dim = ws[0] if ws is not None else None
+    if xs is None:
+        return None if ws is None else (None, m, *([None] * (len(ws) - 2)))
+    return infer_window_shape(ctx, conv_kernel(ctx, w_index), (xs[0], m))
+
+
+def conv_geometry(attrs: dict[str, Any], x_shape: Sequence[int],
+                  w_shape: Sequence[int]) -> tuple[list[int], list[int], list[int], list[int]]:
+    """(strides, dilations, pads_begin, pads_end) of a convolution of ``x_shape`` by a weight of
+    ``w_shape``; a kernel_shape attribute must agree with W."""
+    kernel = list(w_shape[2:])
+    ks = ints(attrs.get("kernel_shape"))
+    if ks and ks != kernel:
+        raise OpError(f"kernel_shape {ks} does not match W of shape {list(w_shape)}")
+    strides, dils = window_attrs(attrs, len(x_shape) - 2)
+    pb, pe, _ = window_geometry(x_shape[2:], kernel, strides, dils, attrs)
+    return strides, dils, pb, pe
+
+
+def conv_macs(shape: Sequence[Dim] | None, w_shape: Sequence[Dim] | None) -> int:
+    """MACs of a convolution: prod(shape) * prod(W.shape[1:]), where ``shape`` is the output
+    (Conv: every output element sums over C/group * kernel taps) or, for ConvTranspose, the
+    input; 0 while any of these dims is unknown."""
+    if shape is None or w_shape is None or not all(isinstance(d, int) for d in (*shape, *w_shape[1:])):
+        return 0
+    return prod(shape) * prod(w_shape[1:])  # type: ignore[arg-type]
+
+
+IM2COL_CHUNK_BYTES = 32 << 20
+"""Largest im2col buffer built at once; bigger convolutions are computed in bands of output rows."""
+
+
+def _im2col_matmul(view: np.ndarray, wk: np.ndarray, n_batch: int, group: int, rows: int) -> np.ndarray:
+    """Copy a (N, C, *k, *out) window view into columns and multiply by the weights."""
+    cols = view.reshape(n_batch, group, rows, -1)
+    return np.matmul(wk, cols[:, 0]) if group == 1 else np.matmul(wk, cols)
 
 
 def conv_nd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequence[int],
@@ -243,11 +286,18 @@ def conv_nd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequenc
             y = np.matmul(w.reshape(group, mg, cg), cols)
     else:
         view = window_view(xp, kernel, out, strides, dils)
-        cols = view.reshape(n_batch, group, cg * ktot, p)
-        if group == 1:
-            y = np.matmul(w.reshape(m, cg * ktot), cols[:, 0])
-        else:
-            y = np.matmul(w.reshape(group, mg, cg * ktot), cols)
+        wk = w.reshape(m, cg * ktot) if group == 1 else w.reshape(group, mg, cg * ktot)
+        row_bytes = n_batch * c_in * ktot * (p // out[0]) * x.itemsize
+        if row_bytes * out[0] <= IM2COL_CHUNK_BYTES:
+            y = _im2col_matmul(view, wk, n_batch, group, cg * ktot)
+        else:  # bounded workspace: im2col a band of output rows at a time
+            rows = max(1, IM2COL_CHUNK_BYTES // max(row_bytes, 1))
+            y = np.empty((n_batch, m, *out), dtype=cdt)
+            axis = 2 + len(kernel)
+            for r0 in range(0, out[0], rows):
+                band = view[(slice(None),) * axis + (slice(r0, r0 + rows),)]
+                yb = _im2col_matmul(band, wk, n_batch, group, cg * ktot)
+                y[:, :, r0:r0 + rows] = yb.reshape(n_batch, m, -1, *out[1:])
     y = y.reshape(n_batch, m, *out)
     if b is not None:
         y += b.astype(cdt, copy=False).reshape((1, m) + (1,) * len(out))
@@ -280,34 +330,21 @@ class ConvSpec(OpSpec):
                 raise OpError(f"X has {c} channels but W expects {cg} per group x {group} groups")
             if isinstance(m, int) and m % group:
                 raise OpError(f"{m} output channels are not divisible by group {group}")
-        if xs is None and ws is None:
-            return [TensorType(ctx.dtype(0), None)]
-        if xs is None:
-            return [TensorType(ctx.dtype(0), (None, m, *([None] * (len(ws) - 2))))]
-        return [TensorType(ctx.dtype(0), infer_window_shape(ctx, _kernel_from(ctx), (xs[0], m)))]
+        return [TensorType(ctx.dtype(0), conv_out_shape(ctx))]
 
     def reference(self, ctx: RunContext, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
         """im2col + matmul per group."""
         key = (x.shape, w.shape)
         geom = ctx.cache.get(key)
         if geom is None:
-            a = ctx.attrs
-            kernel = list(w.shape[2:])
-            ks = ints(a.get("kernel_shape"))
-            if ks and ks != kernel:
-                raise OpError(f"kernel_shape {ks} does not match W of shape {list(w.shape)}")
-            strides, dils = window_attrs(a, x.ndim - 2)
-            pb, pe, _ = window_geometry(x.shape[2:], kernel, strides, dils, a)
-            geom = ctx.cache[key] = (strides, dils, pb, pe, int(a["group"]))
+            geom = ctx.cache[key] = (*conv_geometry(ctx.attrs, x.shape, w.shape), int(ctx.attrs["group"]))
         strides, dils, pb, pe, group = geom
         return conv_nd(x, w, b, strides, dils, pb, pe, group).astype(x.dtype, copy=False)
 
     def work(self, ctx: NodeContext) -> Work:
         """MACs = N * M * prod(out) * (C/group) * prod(kernel)."""
         w = super().work(ctx)
-        ys, ws = ctx.out_type(0).shape, ctx.shape(1)
-        if ys is not None and ws is not None and all(isinstance(d, int) for d in (*ys, *ws[1:])):
-            w.macs = prod(ys) * prod(ws[1:])
+        w.macs = conv_macs(ctx.out_type(0).shape, ctx.shape(1))
         return w
 
 
@@ -374,7 +411,7 @@ class ConvTransposeSpec(OpSpec):
         if ws is not None and isinstance(xs[1], int) and isinstance(ws[0], int) and xs[1] != ws[0]:
             raise OpError(f"X has {xs[1]} channels but W has {ws[0]} input channels")
         n = len(xs) - 2
-        kernel = _kernel_from(ctx)
+        kernel = conv_kernel(ctx)
         if kernel is None:
             return [TensorType(ctx.dtype(0), (xs[0], m, *([None] * n)))]
         strides, dils = window_attrs(ctx.attrs, n)
@@ -406,9 +443,7 @@ class ConvTransposeSpec(OpSpec):
     def work(self, ctx: NodeContext) -> Work:
         """MACs = N * C * prod(in_spatial) * (M/group) * prod(kernel)."""
         w = super().work(ctx)
-        xs, ws = ctx.shape(0), ctx.shape(1)
-        if xs is not None and ws is not None and all(isinstance(d, int) for d in (*xs, *ws[1:])):
-            w.macs = prod(xs) * prod(ws[1:])
+        w.macs = conv_macs(ctx.shape(0), ctx.shape(1))
         return w
 
 
@@ -455,7 +490,7 @@ class DeformConvSpec(OpSpec):
         m: Dim = ws[0] if ws is not None else None
         if xs is None:
             return [TensorType(ctx.dtype(0), None)]
-        return [TensorType(ctx.dtype(0), infer_window_shape(ctx, _kernel_from(ctx), (xs[0], m)))]
+        return [TensorType(ctx.dtype(0), infer_window_shape(ctx, conv_kernel(ctx), (xs[0], m)))]
 
     def reference(self, ctx: RunContext, x: np.ndarray, w: np.ndarray, offset: np.ndarray,
                   b: np.ndarray | None = None, mask: np.ndarray | None = None) -> np.ndarray:
@@ -495,9 +530,7 @@ class DeformConvSpec(OpSpec):
     def work(self, ctx: NodeContext) -> Work:
         """MACs of the equivalent convolution (bilinear sampling not counted)."""
         w = super().work(ctx)
-        ys, ws = ctx.out_type(0).shape, ctx.shape(1)
-        if ys is not None and ws is not None and all(isinstance(d, int) for d in (*ys, *ws[1:])):
-            w.macs = prod(ys) * prod(ws[1:])
+        w.macs = conv_macs(ctx.out_type(0).shape, ctx.shape(1))
         return w
 
 
@@ -546,5 +579,6 @@ class Col2ImSpec(OpSpec):
         return scatter_taps(cols, blk, grid, strides, dils, pb, img).astype(x.dtype, copy=False)
 
 
-__all__ = ["conv_nd", "explicit_pads", "infer_window_shape", "pad_spatial", "scatter_taps",
-           "tap_view", "window_attrs", "window_geometry", "window_out_dim", "window_view"]
+__all__ = ["conv_geometry", "conv_kernel", "conv_macs", "conv_nd", "conv_out_shape", "explicit_pads",
+           "infer_window_shape", "pad_spatial", "scatter_taps", "tap_view", "window_attrs", "window_geometry",
+           "window_out_dim", "window_view"]

@@ -23,6 +23,7 @@ from tests.models import demo_model
 
 CLEAN = (ModelError, InputError, ExecutionError)
 MAX_INPUT_ELEMENTS = 1_000_000
+FUZZ_MEMORY_LIMIT = 1 << 30  # the executor's configurable limit, tightened so no case can take minutes
 
 
 class CaseTimeout(Exception):
@@ -162,7 +163,7 @@ def run_case(seed: int, timeout_s: int = 10) -> tuple[str, str]:
         graph = engine.load(_proto(data))
         feeds = _feeds(graph)
         if feeds is not None:
-            engine.execute(graph, feeds)
+            engine.execute(graph, feeds, max_bytes=FUZZ_MEMORY_LIMIT)
         return "ok", ""
     except CLEAN as exc:
         return "clean-error", _shape_of(str(exc))
