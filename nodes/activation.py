@@ -16,7 +16,7 @@ from engine.ir.types import TensorType
 from nodes._util import broadcast_shapes, norm_axis
 from nodes.elementwise import erf, is_low_float
 from nodes.registry import register, register_spec
-from nodes.spec import AttrSpec, NodeContext, OpError, OpSpec, Port, RunContext
+from nodes.spec import AttrSpec, FnSpec, NodeContext, OpError, OpSpec, Port, RunContext
 
 Fn = Callable[[np.ndarray, dict[str, Any]], np.ndarray]
 
@@ -128,7 +128,7 @@ def _swish(x: np.ndarray, a: dict[str, Any]) -> np.ndarray:
     return x * sigmoid(x * _scalar(x, a["alpha"]))
 
 
-class PointwiseSpec(OpSpec):
+class PointwiseSpec(FnSpec):
     """An activation applied elementwise: fn(x, attrs); the output has the input's type."""
 
     family = "activation"
@@ -137,13 +137,8 @@ class PointwiseSpec(OpSpec):
 
     def __init__(self, op_type: str, fn: Fn, since: int, attrs: tuple[AttrSpec, ...] = (), doc: str = "",
                  int_ok: bool = False) -> None:
-        self.op_type = op_type
-        self.since = since
-        self.fn = fn
-        self.attrs = attrs
-        self.doc = doc
         self.int_ok = int_ok
-        super().__init__()
+        super().__init__(op_type, fn, since, doc, attrs)
 
     def infer(self, ctx: NodeContext) -> list[TensorType]:
         """Same type as the input."""

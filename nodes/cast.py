@@ -165,6 +165,11 @@ _CAST_ATTRS = (
 )
 
 
+def _cast(ctx: RunContext, x: np.ndarray, dt: np.dtype) -> np.ndarray:
+    """cast_array with the node's ``_CAST_ATTRS`` (saturate, round_mode)."""
+    return cast_array(x, dt, bool(ctx.attrs.get("saturate", 1)), str(ctx.attrs.get("round_mode", "up")))
+
+
 @register("Cast", since=24)
 class CastSpec(OpSpec):
     """Convert a tensor to another element type."""
@@ -181,8 +186,7 @@ class CastSpec(OpSpec):
 
     def reference(self, ctx: RunContext, x: np.ndarray) -> np.ndarray:
         """ONNX Cast conversion."""
-        return cast_array(x, _target_dtype(ctx.attrs["to"]), bool(ctx.attrs.get("saturate", 1)),
-                          str(ctx.attrs.get("round_mode", "up")))
+        return _cast(ctx, x, _target_dtype(ctx.attrs["to"]))
 
 
 @register("CastLike", since=24)
@@ -201,8 +205,7 @@ class CastLikeSpec(OpSpec):
 
     def reference(self, ctx: RunContext, x: np.ndarray, like: np.ndarray) -> np.ndarray:
         """ONNX Cast conversion to like's dtype."""
-        return cast_array(x, like.dtype, bool(ctx.attrs.get("saturate", 1)),
-                          str(ctx.attrs.get("round_mode", "up")))
+        return _cast(ctx, x, like.dtype)
 
 
 @register("Identity", since=25)

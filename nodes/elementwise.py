@@ -15,7 +15,7 @@ import numpy as np
 from engine.ir.types import TensorType
 from nodes._util import broadcast_infer, broadcast_shapes, same_as_input
 from nodes.registry import register, register_spec
-from nodes.spec import AttrSpec, NodeContext, OpError, OpSpec, Port, RunContext
+from nodes.spec import AttrSpec, FnSpec, NodeContext, OpError, OpSpec, Port, RunContext
 
 _NATIVE_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -68,7 +68,7 @@ def check_same_dtype(ctx: NodeContext, indices: tuple[int, ...] | None = None) -
 
 
 # -- binary arithmetic ---------------------------------------------------------------------------
-class BinarySpec(OpSpec):
+class BinarySpec(FnSpec):
     """Two inputs broadcast to one output computed by ``fn``."""
 
     family = "elementwise"
@@ -78,14 +78,9 @@ class BinarySpec(OpSpec):
     def __init__(self, op_type: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray], since: int,
                  out_dtype: np.dtype | None = None, doc: str = "", same_type: bool = True,
                  attrs: tuple[AttrSpec, ...] = ()) -> None:
-        self.op_type = op_type
-        self.since = since
-        self.fn = fn
         self.out_dtype = out_dtype
         self.same_type = same_type
-        self.doc = doc
-        self.attrs = attrs
-        super().__init__()
+        super().__init__(op_type, fn, since, doc, attrs)
 
     def infer(self, ctx: NodeContext) -> list[TensorType]:
         """Broadcast shape; the dtype of A (or bool for comparisons)."""
@@ -223,7 +218,7 @@ class ModSpec(OpSpec):
 
 
 # -- variadic Max / Min / Sum / Mean --------------------------------------------------------------
-class VariadicSpec(OpSpec):
+class VariadicSpec(FnSpec):
     """One or more inputs broadcast together and folded with a binary function."""
 
     family = "elementwise"
@@ -232,12 +227,8 @@ class VariadicSpec(OpSpec):
 
     def __init__(self, op_type: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray], since: int,
                  mean: bool = False, doc: str = "") -> None:
-        self.op_type = op_type
-        self.since = since
-        self.fn = fn
         self.mean = mean
-        self.doc = doc
-        super().__init__()
+        super().__init__(op_type, fn, since, doc)
 
     def infer(self, ctx: NodeContext) -> list[TensorType]:
         """Broadcast of all inputs; dtype of the first."""
@@ -274,19 +265,12 @@ for _name, _fn, _mean in (("Max", np.maximum, False), ("Min", np.minimum, False)
 
 
 # -- unary math ----------------------------------------------------------------------------------
-class UnarySpec(OpSpec):
+class UnarySpec(FnSpec):
     """One input, one output of the same shape computed elementwise by ``fn``."""
 
     family = "elementwise"
     inputs = (Port("X"),)
     outputs = (Port("Y"),)
-
-    def __init__(self, op_type: str, fn: Callable[[np.ndarray], np.ndarray], since: int, doc: str = "") -> None:
-        self.op_type = op_type
-        self.since = since
-        self.fn = fn
-        self.doc = doc
-        super().__init__()
 
     def infer(self, ctx: NodeContext) -> list[TensorType]:
         """Same type as the input."""

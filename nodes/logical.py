@@ -57,12 +57,17 @@ class _BoolUnarySpec(UnarySpec):
         return [TensorType(BOOL, ctx.shape(0))]
 
 
-def _isnan(x: np.ndarray) -> np.ndarray:
+def _classifiable(x: np.ndarray) -> np.ndarray | None:
+    """``x`` as an array numpy's isnan/isinf accept (extension floats in float32); None for bool
+    and integer input, where no element is NaN or infinite."""
     if is_ext(x.dtype):
         x = x.astype(np.float32)
-    if x.dtype.kind in "biu":
-        return np.zeros(x.shape, dtype=bool)
-    return np.asarray(np.isnan(x))
+    return None if x.dtype.kind in "biu" else x
+
+
+def _isnan(x: np.ndarray) -> np.ndarray:
+    xf = _classifiable(x)
+    return np.zeros(x.shape, dtype=bool) if xf is None else np.asarray(np.isnan(xf))
 
 
 register_spec(UnarySpec("Not", np.logical_not, 1, doc="Logical negation of a bool tensor."))
@@ -89,17 +94,16 @@ class IsInfSpec(OpSpec):
 
     def reference(self, ctx: RunContext, x: np.ndarray) -> np.ndarray:
         """Compare with +/-inf."""
-        if is_ext(x.dtype):
-            x = x.astype(np.float32)
-        if x.dtype.kind in "biu":
+        xf = _classifiable(x)
+        if xf is None:
             return np.zeros(x.shape, dtype=bool)
         neg, pos = int(ctx.attrs["detect_negative"]), int(ctx.attrs["detect_positive"])
         if neg and pos:
-            return np.asarray(np.isinf(x))
+            return np.asarray(np.isinf(xf))
         if pos:
-            return np.asarray(x == np.inf)
+            return np.asarray(xf == np.inf)
         if neg:
-            return np.asarray(x == -np.inf)
+            return np.asarray(xf == -np.inf)
         return np.zeros(x.shape, dtype=bool)
 
 

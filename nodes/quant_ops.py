@@ -16,7 +16,7 @@ import numpy as np
 
 from engine.ir.types import TensorType, np_dtype
 from nodes._util import norm_axis
-from nodes.conv import conv_nd, infer_window_shape, window_attrs, window_geometry
+from nodes.conv import conv_geometry, conv_macs, conv_nd, conv_out_shape
 from nodes.matmul import matmul, matmul_shape
 from nodes.registry import register
 from nodes.spec import AttrSpec, NodeContext, OpError, OpSpec, Port, RunContext, Work
@@ -346,19 +346,9 @@ def _f32(x: np.ndarray) -> np.ndarray:
     return np.asarray(x).astype(np.float32)
 
 
-def _conv_geometry(a: dict, x: np.ndarray, w: np.ndarray) -> tuple[list[int], list[int], list[int], list[int]]:
-    kernel = list(w.shape[2:])
-    ks = [int(k) for k in (a.get("kernel_shape") or [])]
-    if ks and ks != kernel:
-        raise OpError(f"kernel_shape {ks} does not match W of shape {list(w.shape)}")
-    strides, dils = window_attrs(a, x.ndim - 2)
-    pb, pe, _ = window_geometry(x.shape[2:], kernel, strides, dils, a)
-    return strides, dils, pb, pe
-
-
 def int_conv(x: np.ndarray, w: np.ndarray, attrs: dict) -> np.ndarray:
     """Exact int32 convolution of centered (int32) x and w through the float Conv kernel."""
-    strides, dils, pb, pe = _conv_geometry(attrs, x, w)
+    strides, dils, pb, pe = conv_geometry(attrs, x.shape, w.shape)
     k = int(np.prod(w.shape[1:]))
     dt = _exact_float(x, w, k)
     y = conv_nd(x.astype(dt), w.astype(dt), None, strides, dils, pb, pe, int(attrs["group"]))
@@ -373,28 +363,6 @@ def _w_channel_param(p: np.ndarray | None, w_ndim: int) -> np.ndarray | None:
     if p.size == 1:
         return p.reshape(())
     return p.reshape((-1,) + (1,) * (w_ndim - 1))
-
-
-def _conv_infer(ctx: NodeContext, w_index: int, dtype: np.dtype | None) -> list[TensorType]:
-    xs, ws = ctx.shape(0), ctx.shape(w_index)
-    m = ws[0] if ws is not None else None
-    if xs is None:
-        rank = len(ws) if ws is not None else None
-        return [TensorType(dtype, None if rank is None else (None, m, *([None] * (rank - 2))))]
-    kernel = [int(k) for k in (ctx.attrs.get("kernel_shape") or [])] or None
-    if kernel is None and ws is not None and all(isinstance(d, int) for d in ws[2:]):
-        kernel = [int(d) for d in ws[2:]]
-    return [TensorType(dtype, infer_window_shape(ctx, kernel, (xs[0], m)))]
-
-
-def _conv_macs(ctx: NodeContext, w_index: int) -> int:
-    ys, ws = ctx.out_type(0).shape, ctx.shape(w_index)
-    if ys is not None and ws is not None and all(isinstance(d, int) for d in (*ys, *ws[1:])):
-        n = 1
-        for d in (*ys, *ws[1:]):
-            n *= int(d)
-        return n
-    return 0
 
 
 def _matmul_macs(ctx: NodeContext, a_index: int) -> int:
@@ -415,18 +383,41 @@ _CONV_ATTRS = (
 )
 
 
+class _IntConvSpec(OpSpec):
+    """What ConvInteger and QLinearConv share: Conv's attributes, one output and Conv's MACs,
+    with the weight at input ``w_index`` (their output shape is ``conv_out_shape`` with it)."""
+
+    outputs = (Port("y"),)
+    attrs = _CONV_ATTRS
+    w_index = 1
+
+    def work(self, ctx: NodeContext) -> Work:
+        """MACs as for Conv."""
+        w = super().work(ctx)
+        w.macs = conv_macs(ctx.out_type(0).shape, ctx.shape(self.w_index))
+        return w
+
+
+class _IntMatMulSpec(OpSpec):
+    """What MatMulInteger and QLinearMatMul share: MACs as for MatMul."""
+
+    def work(self, ctx: NodeContext) -> Work:
+        """MACs as for MatMul."""
+        w = super().work(ctx)
+        w.macs = _matmul_macs(ctx, 0)
+        return w
+
+
 @register("ConvInteger", since=10)
-class ConvIntegerSpec(OpSpec):
+class ConvIntegerSpec(_IntConvSpec):
     """Integer convolution with zero points, int32 output."""
 
     doc = "int32 Y = conv(x - x_zero_point, w - w_zero_point); w_zero_point may be per output channel."
     inputs = (Port("x"), Port("w"), Port("x_zero_point", optional=True), Port("w_zero_point", optional=True))
-    outputs = (Port("y"),)
-    attrs = _CONV_ATTRS
 
     def infer(self, ctx: NodeContext) -> list[TensorType]:
         """Conv output shape, int32."""
-        return _conv_infer(ctx, 1, np.dtype(np.int32))
+        return [TensorType(np.dtype(np.int32), conv_out_shape(ctx, self.w_index))]
 
     def reference(self, ctx: RunContext, x: np.ndarray, w: np.ndarray, x_zp: np.ndarray | None = None,
                   w_zp: np.ndarray | None = None) -> np.ndarray:
@@ -435,28 +426,21 @@ class ConvIntegerSpec(OpSpec):
         wc = _centered(w, _w_channel_param(w_zp, w.ndim))
         return int_conv(xc, wc, ctx.attrs)
 
-    def work(self, ctx: NodeContext) -> Work:
-        """MACs as for Conv."""
-        w = super().work(ctx)
-        w.macs = _conv_macs(ctx, 1)
-        return w
-
 
 @register("QLinearConv", since=10)
-class QLinearConvSpec(OpSpec):
+class QLinearConvSpec(_IntConvSpec):
     """Quantized convolution: integer accumulation, bias and requantization."""
 
     doc = ("y = saturate(round(conv(x - x_zp, w - w_zp) + B) * x_scale * w_scale / y_scale) + y_zp); "
            "w_scale/w_zero_point may be per output channel.")
     inputs = (Port("x"), Port("x_scale"), Port("x_zero_point"), Port("w"), Port("w_scale"),
               Port("w_zero_point"), Port("y_scale"), Port("y_zero_point"), Port("B", optional=True))
-    outputs = (Port("y"),)
-    attrs = _CONV_ATTRS
+    w_index = 3
 
     def infer(self, ctx: NodeContext) -> list[TensorType]:
         """Conv output shape with the type of y_zero_point (else of x)."""
         dt = ctx.dtype(7) if ctx.has_input(7) else ctx.dtype(0)
-        return _conv_infer(ctx, 3, dt)
+        return [TensorType(dt, conv_out_shape(ctx, self.w_index))]
 
     def reference(self, ctx: RunContext, x: np.ndarray, x_scale: np.ndarray, x_zp: np.ndarray | None,
                   w: np.ndarray, w_scale: np.ndarray, w_zp: np.ndarray | None, y_scale: np.ndarray,
@@ -472,15 +456,9 @@ class QLinearConvSpec(OpSpec):
         out = y_zp.dtype if y_zp is not None else x.dtype
         return requantize(acc, mult, None if y_zp is None else np.asarray(y_zp).reshape(()), out)
 
-    def work(self, ctx: NodeContext) -> Work:
-        """MACs as for Conv."""
-        w = super().work(ctx)
-        w.macs = _conv_macs(ctx, 3)
-        return w
-
 
 @register("MatMulInteger", since=10)
-class MatMulIntegerSpec(OpSpec):
+class MatMulIntegerSpec(_IntMatMulSpec):
     """Integer matmul with zero points, int32 output."""
 
     doc = ("int32 Y = (A - a_zero_point) @ (B - b_zero_point); a_zero_point may be per row, "
@@ -496,15 +474,9 @@ class MatMulIntegerSpec(OpSpec):
         """Exact integer product."""
         return int_matmul(_centered(a, _row_param(a_zp, a.ndim)), _centered(b, _col_param(b_zp)))
 
-    def work(self, ctx: NodeContext) -> Work:
-        """MACs as for MatMul."""
-        w = super().work(ctx)
-        w.macs = _matmul_macs(ctx, 0)
-        return w
-
 
 @register("QLinearMatMul", since=10)
-class QLinearMatMulSpec(OpSpec):
+class QLinearMatMulSpec(_IntMatMulSpec):
     """Quantized matmul: integer accumulation and requantization."""
 
     doc = "y = saturate(round((a - a_zp) @ (b - b_zp) * a_scale * b_scale / y_scale) + y_zp)."
@@ -524,9 +496,3 @@ class QLinearMatMulSpec(OpSpec):
         mult = (_f32(_row_param(a_scale, a.ndim)) * _f32(_col_param(b_scale))) / _f32(_col_param(y_scale))
         out = y_zp.dtype if y_zp is not None else a.dtype
         return requantize(acc, mult, _col_param(y_zp), out)
-
-    def work(self, ctx: NodeContext) -> Work:
-        """MACs as for MatMul."""
-        w = super().work(ctx)
-        w.macs = _matmul_macs(ctx, 0)
-        return w

@@ -17,7 +17,7 @@ from engine.ir.types import TensorType
 from nodes._util import norm_axis
 from nodes.registry import register_spec
 from nodes.shape_ops import axes_input, run_axes
-from nodes.spec import AttrSpec, NodeContext, OpSpec, Port, RunContext, Work
+from nodes.spec import AttrSpec, FnSpec, NodeContext, Port, RunContext, Work
 
 Kernel = Callable[[np.ndarray, tuple[int, ...], bool], np.ndarray]
 
@@ -102,8 +102,8 @@ def _log_sum_exp(x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray
     return out if keep else np.squeeze(out, axis=axes)
 
 
-class ReduceSpec(OpSpec):
-    """A reduction over ``axes`` computed by ``kernel(x, axes, keepdims)``."""
+class ReduceSpec(FnSpec):
+    """A reduction over ``axes`` computed by ``fn(x, axes, keepdims)``."""
 
     family = "reduce"
     inputs = (Port("data"), Port("axes", optional=True, doc="int64 axes (input form)"))
@@ -114,12 +114,8 @@ class ReduceSpec(OpSpec):
 
     def __init__(self, op_type: str, kernel: Kernel, axes_input_since: int, doc: str) -> None:
         """One Reduce* op; ``axes_input_since`` is the opset where axes became an input."""
-        self.op_type = op_type
-        self.since = 1
-        self.kernel = kernel
         self.axes_input_since = axes_input_since
-        self.doc = doc
-        super().__init__()
+        super().__init__(op_type, kernel, 1, doc)
 
     def infer(self, ctx: NodeContext) -> list[TensorType]:
         """Reduced axes become 1 (keepdims) or disappear; ranks only when axes are unknown."""
@@ -153,7 +149,7 @@ class ReduceSpec(OpSpec):
             red: tuple[int, ...] = () if ctx.attrs.get("noop_with_empty_axes", 0) else tuple(range(data.ndim))
         else:
             red = tuple(sorted({norm_axis(a, data.ndim) for a in ax}))
-        out = self.kernel(data, red, bool(ctx.attrs.get("keepdims", 1)))
+        out = self.fn(data, red, bool(ctx.attrs.get("keepdims", 1)))
         return np.asarray(out).astype(data.dtype, copy=False)
 
     def work(self, ctx: NodeContext) -> Work:

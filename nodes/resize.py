@@ -376,6 +376,10 @@ def _block_infer(ctx: NodeContext, to_space: bool) -> list[TensorType]:
     return [TensorType(ctx.dtype(0), (n, mul(c, b * b), div(h, b, "height"), div(w, b, "width")))]
 
 
+_BLOCK_ATTRS = (AttrSpec("blocksize", "int", REQUIRED, "Block edge length."),
+                AttrSpec("mode", "string", "DCR", "DCR (depth-column-row) or CRD.", choices=("DCR", "CRD")))
+
+
 @register("DepthToSpace", since=1)
 class DepthToSpaceSpec(OpSpec):
     """Move channel blocks into spatial blocks (pixel shuffle)."""
@@ -383,8 +387,7 @@ class DepthToSpaceSpec(OpSpec):
     doc = "Rearrange (N, C*b*b, H, W) into (N, C, H*b, W*b); DCR or CRD ordering."
     inputs = (Port("input"),)
     outputs = (Port("output"),)
-    attrs = (AttrSpec("blocksize", "int", REQUIRED, "Block edge length."),
-             AttrSpec("mode", "string", "DCR", "DCR (depth-column-row) or CRD.", choices=("DCR", "CRD")))
+    attrs = _BLOCK_ATTRS
 
     def infer(self, ctx: NodeContext) -> list[TensorType]:
         """(N, C / b^2, H * b, W * b)."""
@@ -410,8 +413,7 @@ class SpaceToDepthSpec(OpSpec):
     doc = "Rearrange (N, C, H, W) into (N, C*b*b, H/b, W/b); DCR or CRD ordering (mode: opset 28)."
     inputs = (Port("input"),)
     outputs = (Port("output"),)
-    attrs = (AttrSpec("blocksize", "int", REQUIRED, "Block edge length."),
-             AttrSpec("mode", "string", "DCR", "DCR (depth-column-row) or CRD.", choices=("DCR", "CRD")))
+    attrs = _BLOCK_ATTRS
 
     def infer(self, ctx: NodeContext) -> list[TensorType]:
         """(N, C * b^2, H / b, W / b)."""

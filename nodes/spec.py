@@ -210,6 +210,22 @@ class OpSpec:
         return f"<OpSpec {self.domain + '::' if self.domain else ''}{self.op_type}>"
 
 
+class FnSpec(OpSpec):
+    """An OpSpec configured per instance (registered with ``register_spec``): one class serves
+    every op of a family that differs only in op type, opset, numpy function ``fn``, doc and
+    (when given) attributes."""
+
+    def __init__(self, op_type: str, fn: Callable[..., Any], since: int, doc: str = "",
+                 attrs: tuple[AttrSpec, ...] | None = None) -> None:
+        self.op_type = op_type
+        self.since = since
+        self.fn = fn
+        self.doc = doc
+        if attrs is not None:
+            self.attrs = attrs
+        super().__init__()
+
+
 def ints(x: Any) -> list[int]:
     """An attribute or tensor as a list of Python ints."""
     return [int(v) for v in np.asarray(x).ravel()] if x is not None else []

@@ -45,6 +45,18 @@ _IMPURE = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "Rando
                      "Multinomial", "Bernoulli"})
 
 
+def _is_read(node: Node) -> bool:
+    """True when some output of ``node`` is read by another node or is a graph output."""
+    return any(v is not None and (v.uses() or v.is_graph_output) for v in node.outputs)
+
+
+def _input_producer(node: Node, op_types: tuple[str, ...]) -> Node | None:
+    """The producer of ``node``'s input 0 when it is a standard op of ``op_types``."""
+    src = node.input(0)
+    inner = src.producer() if src is not None else None
+    return inner if inner is not None and inner.op_type in op_types and inner.domain == "" else None
+
+
 # -- dead code ------------------------------------------------------------------------------------
 class EliminateDeadCode(Pass):
     """Remove nodes whose results nobody reads, and unused initializers."""
@@ -58,7 +70,7 @@ class EliminateDeadCode(Pass):
         for node in reversed(graph.toposort()):
             if node.op_type in _IMPURE and node.domain == "":
                 continue
-            if any(v is not None and (v.uses() or v.is_graph_output) for v in node.outputs):
+            if _is_read(node):
                 continue
             events.append(RuleEvent("eliminate_dead_code.node", node.name, True, nodes=[node.name]))
             graph.remove_node(node)
@@ -161,21 +173,35 @@ def resolve_reshape(in_shape: tuple[int, ...] | None, target: np.ndarray, allowz
     return tuple(out)
 
 
-class NoopReshape(_Bypass):
+class _ShapeTargetNoop(_Bypass):
+    """Base of Reshape and Expand, which shape x by a target (input 1): a no-op when x's shape
+    is static, the target constant and the resulting shape (``out_shape``) is x's shape."""
+
+    unknown = "input shape or target is not known"
+
+    def out_shape(self, node: Node, shape: tuple[int, ...], target: np.ndarray) -> tuple[int, ...] | None:
+        """The output shape for input shape ``shape`` (None when it cannot be formed)."""
+        raise NotImplementedError
+
+    def noop_reason(self, node: Node) -> str | None:
+        """Shape of x static, target constant, and the output shape equal to x's."""
+        shape = _static(node.inputs[0])
+        target = const_value(node.input(1))
+        if shape is None or target is None:
+            return self.unknown
+        return None if self.out_shape(node, shape, target) == shape else NOT_NOOP
+
+
+class NoopReshape(_ShapeTargetNoop):
     """Reshape(x, s) = x when s resolves to x's own shape."""
 
     name = "eliminate_noop.reshape"
     anchors = ("Reshape",)
+    unknown = "input shape or target shape is not known"
 
-    def noop_reason(self, node: Node) -> str | None:
-        """Shape of x static and equal to the resolved target."""
-        shape = _static(node.inputs[0])
-        target = const_value(node.input(1))
-        if shape is None or target is None:
-            return "input shape or target shape is not known"
-        if resolve_reshape(shape, target, int(node.attrs.get("allowzero", 0))) != shape:
-            return NOT_NOOP
-        return None
+    def out_shape(self, node: Node, shape: tuple[int, ...], target: np.ndarray) -> tuple[int, ...] | None:
+        """The resolved Reshape target (0 copies a dim unless allowzero, -1 is inferred)."""
+        return resolve_reshape(shape, target, int(node.attrs.get("allowzero", 0)))
 
 
 class NoopTranspose(_Bypass):
@@ -267,23 +293,18 @@ class NoopSlice(_Bypass):
         return None
 
 
-class NoopExpand(_Bypass):
+class NoopExpand(_ShapeTargetNoop):
     """Expand(x, s) = x when broadcasting x to s keeps x's shape."""
 
     name = "eliminate_noop.expand"
     anchors = ("Expand",)
 
-    def noop_reason(self, node: Node) -> str | None:
-        """Static input shape and a constant target that does not grow it."""
-        shape = _static(node.inputs[0])
-        target = const_value(node.input(1))
-        if shape is None or target is None:
-            return "input shape or target is not known"
+    def out_shape(self, node: Node, shape: tuple[int, ...], target: np.ndarray) -> tuple[int, ...] | None:
+        """The broadcast of x's shape and the target (None when they do not broadcast)."""
         try:
-            out = np.broadcast_shapes(shape, tuple(int(d) for d in np.asarray(target).reshape(-1)))
+            return tuple(np.broadcast_shapes(shape, tuple(int(d) for d in np.asarray(target).reshape(-1))))
         except ValueError:
-            return NOT_NOOP
-        return None if tuple(out) == shape else NOT_NOOP
+            return None
 
 
 class NoopConcat(_Bypass):
@@ -306,9 +327,8 @@ class MergeTransposes(Rule):
 
     def matches(self, node: Node) -> Iterator[Match]:
         """The outer Transpose reading an inner Transpose."""
-        src = node.input(0)
-        inner = src.producer() if src is not None else None
-        if inner is not None and inner.op_type == "Transpose" and inner.domain == "":
+        inner = _input_producer(node, ("Transpose",))
+        if inner is not None:
             yield Match(node, [node, inner], {"inner": inner})
 
     def check(self, graph: Graph, m: Match) -> str | None:
@@ -339,7 +359,7 @@ class MergeTransposes(Rule):
             outer.set_attr("perm", r)
             outer.meta["provenance"] = prov
             result = outer
-        if not any(v is not None and (v.uses() or v.is_graph_output) for v in inner.outputs):
+        if not _is_read(inner):
             graph.remove_node(inner)
         return result
 
@@ -364,10 +384,8 @@ class MergeReshapes(Rule):
 
     def matches(self, node: Node) -> Iterator[Match]:
         """The outer Reshape reading a reshape-like node."""
-        src = node.input(0)
-        inner = src.producer() if src is not None else None
-        if inner is not None and inner.op_type in _RESHAPE_LIKE and inner.domain == "" and inner.inputs \
-                and inner.inputs[0] is not None:
+        inner = _input_producer(node, _RESHAPE_LIKE)
+        if inner is not None and inner.inputs and inner.inputs[0] is not None:
             yield Match(node, [node, inner], {"inner": inner})
 
     def _target(self, node: Node) -> np.ndarray | None:
@@ -400,7 +418,7 @@ class MergeReshapes(Rule):
             outer.set_input(1, add_constant(graph, f"{outer.name}_shape", dims))  # type: ignore[arg-type]
         outer.set_input(0, inner.inputs[0])
         outer.meta["provenance"] = merge_provenance([inner, outer])
-        if not any(v is not None and (v.uses() or v.is_graph_output) for v in inner.outputs):
+        if not _is_read(inner):
             graph.remove_node(inner)
         return outer
 

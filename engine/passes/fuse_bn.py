@@ -109,25 +109,38 @@ class _BNRule(Rule):
         return int(w.shape[0])
 
 
-class BatchNormIntoConv(_BNRule):
-    """BatchNormalization(Conv(x, W, b)) -> Conv(x, W', b')."""
+class _BNIntoConvRule(_BNRule):
+    """Shared rewrite of the Conv and ConvTranspose rules: W scaled per output channel
+    (``scaled_weights``), b' = (b - mean) * s + beta."""
 
-    name = "fuse_batchnorm.conv"
-    producer = "Conv"
+    def scaled_weights(self, conv: Node, w: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """W (float64) with every output channel m multiplied by s[m]."""
+        raise NotImplementedError
 
     def rewrite(self, graph: Graph, m: Match) -> Node:
         """Scale the output channels of W, shift b."""
         bn, conv = m["bn"], m["prod"]
         s, beta, mean = bn_scale_shift(bn)  # type: ignore[misc]
         w = const_value(conv.input(1))
-        b = _bias(conv, 2, w.shape[0])  # type: ignore[union-attr]
-        w2 = (w.astype(np.float64) * s.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)  # type: ignore[union-attr]
+        b = _bias(conv, 2, self.channels(conv, w))  # type: ignore[arg-type]
+        w2 = self.scaled_weights(conv, w, s).astype(w.dtype)  # type: ignore[arg-type, union-attr]
         b2 = ((b - mean) * s + beta).astype(w.dtype)  # type: ignore[union-attr, operator]
         inputs = [conv.inputs[0], add_constant(graph, f"{conv.name}_W", w2), add_constant(graph, f"{conv.name}_B", b2)]
         return absorb(graph, conv, [bn], bn, inputs)
 
 
-class BatchNormIntoConvTranspose(_BNRule):
+class BatchNormIntoConv(_BNIntoConvRule):
+    """BatchNormalization(Conv(x, W, b)) -> Conv(x, W', b')."""
+
+    name = "fuse_batchnorm.conv"
+    producer = "Conv"
+
+    def scaled_weights(self, conv: Node, w: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """Output channels sit on axis 0."""
+        return w.astype(np.float64) * s.reshape((-1,) + (1,) * (w.ndim - 1))
+
+
+class BatchNormIntoConvTranspose(_BNIntoConvRule):
     """BatchNormalization(ConvTranspose(x, W, b)) -> ConvTranspose(x, W', b')."""
 
     name = "fuse_batchnorm.conv_transpose"
@@ -137,20 +150,13 @@ class BatchNormIntoConvTranspose(_BNRule):
         """M = W.shape[1] * group."""
         return int(w.shape[1]) * int(prod.attrs.get("group", 1))
 
-    def rewrite(self, graph: Graph, m: Match) -> Node:
-        """Scale W per output channel (which sits on axis 1, per group)."""
-        bn, conv = m["bn"], m["prod"]
-        s, beta, mean = bn_scale_shift(bn)  # type: ignore[misc]
-        w = const_value(conv.input(1))
+    def scaled_weights(self, conv: Node, w: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """Output channels sit on axis 1, per group: W viewed as (group, C/group, M/group, k...)."""
         g = int(conv.attrs.get("group", 1))
-        cin, mg = w.shape[0], w.shape[1]  # type: ignore[union-attr]
-        b = _bias(conv, 2, mg * g)
-        wg = w.astype(np.float64).reshape((g, cin // g, mg, *w.shape[2:]))  # type: ignore[union-attr]
-        wg = wg * s.reshape((g, 1, mg, *(1,) * (w.ndim - 2)))  # type: ignore[union-attr]
-        w2 = wg.reshape(w.shape).astype(w.dtype)  # type: ignore[union-attr]
-        b2 = ((b - mean) * s + beta).astype(w.dtype)  # type: ignore[union-attr, operator]
-        inputs = [conv.inputs[0], add_constant(graph, f"{conv.name}_W", w2), add_constant(graph, f"{conv.name}_B", b2)]
-        return absorb(graph, conv, [bn], bn, inputs)
+        cin, mg = w.shape[0], w.shape[1]
+        wg = w.astype(np.float64).reshape((g, cin // g, mg, *w.shape[2:]))
+        wg = wg * s.reshape((g, 1, mg, *(1,) * (w.ndim - 2)))
+        return wg.reshape(w.shape)
 
 
 class BatchNormIntoGemm(_BNRule):

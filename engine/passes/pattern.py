@@ -50,6 +50,15 @@ class Pattern:
         raise NotImplementedError
 
 
+def _bind(b: Bindings, name: str, v: Value | None) -> Iterator[Bindings]:
+    """``b`` extended with ``name`` -> ``v``; when ``name`` is already bound it must be ``v``."""
+    if name in b:
+        if b[name] is v:
+            yield b
+        return
+    yield {**b, name: v}
+
+
 @dataclass
 class Var(Pattern):
     """Any value (``None`` for an absent optional input only with ``optional``)."""
@@ -61,11 +70,7 @@ class Var(Pattern):
         """Bind ``name`` to ``v`` (or require the same value when already bound)."""
         if v is None and not self.optional:
             return
-        if self.name in b:
-            if b[self.name] is v:
-                yield b
-            return
-        yield {**b, self.name: v}
+        yield from _bind(b, self.name, v)
 
 
 @dataclass
@@ -85,11 +90,7 @@ class Const(Pattern):
             return
         if self.pred is not None and not self.pred(arr):
             return
-        if self.name in b:
-            if b[self.name] is v:
-                yield b
-            return
-        yield {**b, self.name: v}
+        yield from _bind(b, self.name, v)
 
 
 @dataclass

@@ -3,25 +3,18 @@
 from __future__ import annotations
 
 import json
-from io import StringIO
 
 import numpy as np
 import onnx
 
-from engine.cli import Out, main
+from tests.engine.cli_util import run_cli
 from tests.models import tiny_add_mul
-
-
-def _run(argv):
-    out, err = StringIO(), StringIO()
-    rc = main(argv, Out(out, err))
-    return rc, out.getvalue(), err.getvalue()
 
 
 def test_inspect_json_has_contract_keys_and_symbolic_dims(tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(tiny_add_mul(), path)
-    rc, out, err = _run(["inspect", str(path), "--json"])
+    rc, out, err = run_cli(["inspect", str(path), "--json"])
     assert rc == 0, err
     doc = json.loads(out)
     assert doc["opset"] == 17
@@ -36,7 +29,7 @@ def test_inspect_json_has_contract_keys_and_symbolic_dims(tmp_path):
 def test_inspect_shape_option_fixes_dynamic_dim(tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(tiny_add_mul(), path)
-    rc, out, _ = _run(["inspect", str(path), "--json", "--shape", "x=4,3"])
+    rc, out, _ = run_cli(["inspect", str(path), "--json", "--shape", "x=4,3"])
     assert rc == 0
     doc = json.loads(out)
     assert doc["inputs"][0]["shape"] == [4, 3]
@@ -49,7 +42,7 @@ def test_run_writes_outputs_npz(tmp_path):
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     y = np.ones((1, 3), np.float32)
     np.savez(tmp_path / "in.npz", x=x, y=y)
-    rc, _, err = _run(["run", str(path), "--inputs", str(tmp_path / "in.npz"), "--out", str(tmp_path / "out.npz")])
+    rc, _, err = run_cli(["run", str(path), "--inputs", str(tmp_path / "in.npz"), "--out", str(tmp_path / "out.npz")])
     assert rc == 0, err
     with np.load(tmp_path / "out.npz") as z:
         np.testing.assert_array_equal(z["w"], (x + y) * x)
@@ -59,7 +52,7 @@ def test_run_with_wrong_input_shape_is_one_error_line(tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(tiny_add_mul(), path)
     np.savez(tmp_path / "in.npz", x=np.ones((2, 4), np.float32), y=np.ones((1, 3), np.float32))
-    rc, _, err = _run(["run", str(path), "--inputs", str(tmp_path / "in.npz"), "--out", str(tmp_path / "o.npz")])
+    rc, _, err = run_cli(["run", str(path), "--inputs", str(tmp_path / "in.npz"), "--out", str(tmp_path / "o.npz")])
     assert rc == 2
     assert err == "error: input 'x' dimension 1 must be 3, got 4 (shape (2, 4))\n"
 
@@ -68,14 +61,14 @@ def test_run_with_corrupt_npz_is_one_error_line(tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(tiny_add_mul(), path)
     (tmp_path / "in.npz").write_bytes(b"PK\x03\x04 definitely not a zip")
-    rc, _, err = _run(["run", str(path), "--inputs", str(tmp_path / "in.npz"), "--out", str(tmp_path / "o.npz")])
+    rc, _, err = run_cli(["run", str(path), "--inputs", str(tmp_path / "in.npz"), "--out", str(tmp_path / "o.npz")])
     assert rc == 2
     assert err.startswith(f"error: {tmp_path / 'in.npz'}: cannot read as .npz")
     assert err.count("\n") == 1
 
 
 def test_unknown_option_is_one_error_line():
-    rc, _, err = _run(["inspect", "--bogus"])
+    rc, _, err = run_cli(["inspect", "--bogus"])
     assert rc == 2
     assert err.startswith("error: ")
     assert err.count("\n") == 1

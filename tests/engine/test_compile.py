@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from io import StringIO
 
 import numpy as np
 import onnx
@@ -13,12 +12,12 @@ import pytest
 import yaml
 
 import engine
-from engine.cli import Out, main
 from engine.compile import CompileOptions, compile_model
 from engine.export.artifacts import BUNDLE_FILES, write_bundle
 from engine.hw.target import bundled_targets
 from engine.quant.config import QuantConfig
 from engine.quant.data import load_calibration
+from tests.engine.cli_util import run_cli
 from tests.models import ASSETS, demo_model
 
 CALIB = {"digits_cnn": "digits_calib.npz", "mobilenet_demo": "mobilenet_calib.npz",
@@ -100,14 +99,8 @@ def test_target_supporting_every_op_has_no_transfers():
     assert result.sim.summary()["cpu_ops"] == 0
 
 
-def _cli(argv):
-    out, err = StringIO(), StringIO()
-    rc = main(argv, Out(out, err))
-    return rc, out.getvalue(), err.getvalue()
-
-
 def test_cli_compile_refuses_integer_target_without_calibration(tmp_path):
-    rc, _, err = _cli(["compile", str(demo_model("digits_cnn")), "--target", "phone-npu", "-o", str(tmp_path / "o")])
+    rc, _, err = run_cli(["compile", str(demo_model("digits_cnn")), "--target", "phone-npu", "-o", str(tmp_path / "o")])
     assert rc == 2
     assert "needs calibration data (--calib)" in err and err.count("\n") == 1
     assert not (tmp_path / "o").exists()
@@ -119,17 +112,17 @@ def test_cli_compile_refuses_non_empty_outdir_without_force(tmp_path):
     (out / "keep.txt").write_text("mine")
     args = ["compile", str(demo_model("digits_cnn")), "--target", "phone-npu", "-o", str(out),
             "--allow-synthetic-calibration", "--quiet"]
-    rc, _, err = _cli(args)
+    rc, _, err = run_cli(args)
     assert rc == 2 and "not empty (use --force" in err
     assert (out / "keep.txt").read_text() == "mine"
-    rc, _, err = _cli([*args, "--force"])
+    rc, _, err = run_cli([*args, "--force"])
     assert rc == 0, err
     assert not (out / "keep.txt").exists() and (out / "manifest.json").exists()
 
 
 def test_cli_compile_to_unwritable_place_is_one_error_line():
-    rc, _, err = _cli(["compile", str(demo_model("digits_cnn")), "--target", "phone-npu", "-o", "/proc/npu_bundle",
-                       "--allow-synthetic-calibration", "--quiet"])
+    rc, _, err = run_cli(["compile", str(demo_model("digits_cnn")), "--target", "phone-npu", "-o", "/proc/npu_bundle",
+                          "--allow-synthetic-calibration", "--quiet"])
     assert rc == 2
     assert err.startswith("error: /proc/npu_bundle") and err.count("\n") == 1
 
@@ -154,7 +147,7 @@ def test_interrupted_compile_leaves_no_bundle(tmp_path, monkeypatch):
 
 
 def test_simulate_json_per_contract(tmp_path):
-    rc, out, err = _cli(["simulate", str(demo_model("transformer_demo")), "--target", "ethos-u55", "--json"])
+    rc, out, err = run_cli(["simulate", str(demo_model("transformer_demo")), "--target", "ethos-u55", "--json"])
     assert rc == 0, err
     doc = json.loads(out)
     _check_plan(doc, None)
@@ -171,8 +164,8 @@ def test_cli_compiles_a_project_file_with_its_settings(tmp_path):
                                  "calibration": str(ASSETS / "data" / "digits_calib.npz")},
                    pins={pin_node: "cpu"})
     save_project(tmp_path / "digits.npuproj", proj)
-    rc, out, err = _cli(["compile", str(tmp_path / "digits.npuproj"), "-o", str(tmp_path / "b"), "--quiet",
-                         "--analysis-samples", "2"])
+    rc, _, err = run_cli(["compile", str(tmp_path / "digits.npuproj"), "-o", str(tmp_path / "b"), "--quiet",
+                          "--analysis-samples", "2"])
     assert rc == 0, err
     manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
     assert manifest["inputs"]["options"]["quant"]["method"] == "entropy"
@@ -190,7 +183,7 @@ def test_cli_compiles_a_project_file_with_its_settings(tmp_path):
 ])
 def test_cli_compile_refuses_bad_project_files(tmp_path, content, message):
     (tmp_path / "p.npuproj").write_text(content)
-    rc, _, err = _cli(["compile", str(tmp_path / "p.npuproj"), "-o", str(tmp_path / "b")])
+    rc, _, err = run_cli(["compile", str(tmp_path / "p.npuproj"), "-o", str(tmp_path / "b")])
     assert rc == 2
     assert message in err
     assert err.count("\n") == 1

@@ -2,24 +2,16 @@
 
 from __future__ import annotations
 
-from io import StringIO
-
 import onnx
 import pytest
 import yaml
 
-from engine.cli import Out, main
 from engine.errors import InputError
 from engine.hw.docs import write_supported_ops
 from engine.hw.target import bundled_targets, list_targets, load_target, resolve_target
+from tests.engine.cli_util import run_cli
 from tests.engine.sim_graphs import target_doc
 from tests.models import tiny_add_mul
-
-
-def _run(argv):
-    out, err = StringIO(), StringIO()
-    rc = main(argv, Out(out, err))
-    return rc, out.getvalue(), err.getvalue()
 
 
 def test_three_bundled_profiles_load_with_distinct_character():
@@ -38,7 +30,7 @@ def test_three_bundled_profiles_load_with_distinct_character():
 
 
 def test_list_targets_cli_prints_name_first_then_description():
-    rc, out, _ = _run(["simulate", "--list-targets"])
+    rc, out, _ = run_cli(["simulate", "--list-targets"])
     assert rc == 0
     lines = out.strip().splitlines()
     assert [ln.split()[0] for ln in lines] == [n for n, _ in list_targets()]
@@ -87,7 +79,7 @@ def test_bad_target_yaml_is_exit_2_naming_file_and_field(tmp_path, case, mutate,
     path = _bad(tmp_path, mutate)
     model = tmp_path / "m.onnx"
     onnx.save(tiny_add_mul(), model)
-    rc, out, err = _run(["simulate", str(model), "--target", str(path), "--shape", "x=2,3"])
+    rc, out, err = run_cli(["simulate", str(model), "--target", str(path), "--shape", "x=2,3"])
     assert rc == 2, err
     assert out == ""
     lines = err.strip().splitlines()

@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import io
 import json
 
 import numpy as np
 import onnx
 
-from engine.cli import Out, main
+from tests.engine.cli_util import run_cli
 from tests.engine.passes_util import model, rand
-
-
-def _run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), Out(out, err))
-    return code, out.getvalue(), err.getvalue()
 
 
 def _conv_bn_relu(tmp_path) -> str:
@@ -34,7 +27,7 @@ def _conv_bn_relu(tmp_path) -> str:
 def test_optimize_writes_a_checked_model_and_the_report(tmp_path):
     src = _conv_bn_relu(tmp_path)
     out, rep = tmp_path / "o.onnx", tmp_path / "r.json"
-    code, stdout, stderr = _run("optimize", src, "-o", str(out), "--report", str(rep))
+    code, stdout, stderr = run_cli(["optimize", src, "-o", str(out), "--report", str(rep)])
     assert code == 0, stderr
     assert "wrote" in stdout
     m = onnx.load(out)
@@ -55,7 +48,7 @@ def test_optimized_file_runs_like_the_original(tmp_path):
 
     src = _conv_bn_relu(tmp_path)
     out = tmp_path / "o.onnx"
-    assert _run("optimize", src, "-o", str(out))[0] == 0
+    assert run_cli(["optimize", src, "-o", str(out)])[0] == 0
     x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
     a = ort.InferenceSession(src).run(None, {"x": x})[0]
     b = ort.InferenceSession(str(out)).run(None, {"x": x})[0]
@@ -64,8 +57,8 @@ def test_optimized_file_runs_like_the_original(tmp_path):
 
 def test_disable_switches_off_passes_and_json_prints_the_report(tmp_path):
     src = _conv_bn_relu(tmp_path)
-    code, stdout, _ = _run("optimize", src, "-o", str(tmp_path / "o.onnx"), "--disable", "fuse_batchnorm",
-                           "fuse_activation", "--json")
+    code, stdout, _ = run_cli(["optimize", src, "-o", str(tmp_path / "o.onnx"), "--disable", "fuse_batchnorm",
+                               "fuse_activation", "--json"])
     assert code == 0
     doc = json.loads(stdout)
     assert doc["op_histogram_after"] == {"BatchNormalization": 1, "Conv": 1, "Relu": 1}
@@ -73,10 +66,10 @@ def test_disable_switches_off_passes_and_json_prints_the_report(tmp_path):
 
 def test_bad_input_is_one_error_line_and_exit_2(tmp_path):
     src = _conv_bn_relu(tmp_path)
-    code, _, err = _run("optimize", src, "-o", str(tmp_path / "o.onnx"), "--disable", "fuse_everything")
+    code, _, err = run_cli(["optimize", src, "-o", str(tmp_path / "o.onnx"), "--disable", "fuse_everything"])
     assert code == 2 and err.startswith("error: --disable fuse_everything: no such pass or rule")
-    code, _, err = _run("optimize", src, "-o", str(tmp_path / "missing" / "o.onnx"))
+    code, _, err = run_cli(["optimize", src, "-o", str(tmp_path / "missing" / "o.onnx")])
     assert code == 2 and "does not exist" in err and err.count("\n") == 1
-    code, _, err = _run("optimize", str(tmp_path / "nope.onnx"), "-o", str(tmp_path / "o.onnx"))
+    code, _, err = run_cli(["optimize", str(tmp_path / "nope.onnx"), "-o", str(tmp_path / "o.onnx")])
     assert code == 2 and err.startswith("error:")
     assert not (tmp_path / "o.onnx").exists()

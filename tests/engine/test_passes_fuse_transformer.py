@@ -115,16 +115,21 @@ def test_gelu_patterns_become_one_node(body, approximate):
     assert_runs_in_onnxruntime(after, reference=g)
 
 
-def test_gelu_raises_opset_17_to_20_converting_reduce_mean():
-    g = load(model("""
-        agraph (float[4,32] x) => (float[4,1] y) {
+def _gelu_then(tail: str, y_shape: str = "4,32") -> str:
+    """An erf GELU of x (``gl``) followed by ``tail``, one node computing y from gl."""
+    return f"""
+        agraph (float[4,32] x) => (float[{y_shape}] y) {{
             e = Div (x, sqrt2)
             f = Erf (e)
             o = Add (f, one)
             m = Mul (x, o)
             gl = Mul (m, half)
-            y = ReduceMean <axes=[1]> (gl)
-        }""", **GELU_CONSTS))
+            {tail}
+        }}"""
+
+
+def test_gelu_raises_opset_17_to_20_converting_reduce_mean():
+    g = load(model(_gelu_then("y = ReduceMean <axes=[1]> (gl)", y_shape="4,1"), **GELU_CONSTS))
     after, _ = run_pass(g, gelu_pass)
     assert op_types(after) == ["Gelu", "ReduceMean"]
     assert after.opset("") == 20
@@ -135,15 +140,7 @@ def test_gelu_raises_opset_17_to_20_converting_reduce_mean():
 
 
 def test_gelu_stays_decomposed_with_the_reason_when_opset_cannot_rise():
-    g = load(model("""
-        agraph (float[4,32] x) => (float[4,32] y) {
-            e = Div (x, sqrt2)
-            f = Erf (e)
-            o = Add (f, one)
-            m = Mul (x, o)
-            gl = Mul (m, half)
-            y = Softmax <axis=0> (gl)
-        }""", opset=11, **GELU_CONSTS))
+    g = load(model(_gelu_then("y = Softmax <axis=0> (gl)"), opset=11, **GELU_CONSTS))
     after, res = run_pass(g, gelu_pass)
     assert "Gelu" not in op_types(after)
     assert after.opset("") == 11

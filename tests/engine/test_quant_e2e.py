@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from io import StringIO
 
 import numpy as np
 import onnx
@@ -12,12 +11,12 @@ import pytest
 from onnx import TensorProto, helper
 
 import engine
-from engine.cli import Out, main
 from engine.ir.onnx_io import to_onnx
 from engine.quant.api import quantize
 from engine.quant.cli import optimize_for_quantization
 from engine.quant.config import QuantConfig
 from engine.quant.data import CalibrationSet, load_calibration
+from tests.engine.cli_util import run_cli
 from tests.models import ASSETS, LIGHT_DIR, demo_model
 
 
@@ -56,28 +55,29 @@ DEMOS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(DEMOS))
-def test_simulation_matches_onnxruntime_integer_kernels(name):
-    """>= 40 dB on every output. Weights use 7 bits (reduce_range): this x86 CPU lacks VNNI and
-    onnxruntime's u8*s8 kernels add product pairs in saturating int16, which 8-bit weights overflow."""
+def _demo(name: str, calib: int, feeds: int):
+    """A bundled demo model (the test skips when it is missing), ``calib`` samples of its
+    calibration set and the first ``feeds`` of them as inputs."""
     path = demo_model(name)
     if not path.exists():
         pytest.skip(f"{path} missing")
     g = engine.load(path)
-    data = load_calibration(ASSETS / "data" / DEMOS[name], g).take(16)
-    feeds = [data.sample(i) for i in range(8)]
+    data = load_calibration(ASSETS / "data" / DEMOS[name], g).take(calib)
+    return g, data, [data.sample(i) for i in range(feeds)]
+
+
+@pytest.mark.parametrize("name", sorted(DEMOS))
+def test_simulation_matches_onnxruntime_integer_kernels(name):
+    """>= 40 dB on every output. Weights use 7 bits (reduce_range): this x86 CPU lacks VNNI and
+    onnxruntime's u8*s8 kernels add product pairs in saturating int16, which 8-bit weights overflow."""
+    g, data, feeds = _demo(name, calib=16, feeds=8)
     sq, _ = _agreement(g, data, QuantConfig(method="percentile", per_channel=True, reduce_range=True), feeds)
     assert sq >= 40, f"{name}: ours vs onnxruntime {sq:.1f} dB"
 
 
 @pytest.mark.parametrize("name", sorted(DEMOS))
 def test_full_8bit_weights_match_onnxruntime_qdq_semantics(name):
-    path = demo_model(name)
-    if not path.exists():
-        pytest.skip(f"{path} missing")
-    g = engine.load(path)
-    data = load_calibration(ASSETS / "data" / DEMOS[name], g).take(8)
-    feeds = [data.sample(i) for i in range(4)]
+    g, data, feeds = _demo(name, calib=8, feeds=4)
     sq, _ = _agreement(g, data, QuantConfig(method="minmax", per_channel=True), feeds, optimized=False)
     assert sq >= 60, f"{name}: ours vs onnxruntime (QDQ in float) {sq:.1f} dB"
 
@@ -119,15 +119,10 @@ def test_accumulated_error_is_at_least_isolated_error_downstream():
     assert r.analysis.sensitivity()[0].isolated.sqnr_db <= r.analysis.sensitivity()[-1].isolated.sqnr_db
 
 
-def _cli(argv):
-    out, err = StringIO(), StringIO()
-    return main(argv, Out(out, err)), out.getvalue(), err.getvalue()
-
-
 def test_cli_quantize_writes_qdq_model_and_report(tmp_path):
-    rc, _, err = _cli(["quantize", str(demo_model("digits_cnn")), "--calib", str(ASSETS / "data" / "digits_calib.npz"),
-                         "-o", str(tmp_path / "q.onnx"), "--method", "percentile", "--per-channel",
-                         "--report", str(tmp_path / "r.json"), "--max-samples", "24"])
+    rc, _, err = run_cli(["quantize", str(demo_model("digits_cnn")), "--calib", str(ASSETS / "data" / "digits_calib.npz"),
+                            "-o", str(tmp_path / "q.onnx"), "--method", "percentile", "--per-channel",
+                            "--report", str(tmp_path / "r.json"), "--max-samples", "24"])
     assert rc == 0, err
     model = onnx.load(str(tmp_path / "q.onnx"))
     onnx.checker.check_model(model, full_check=True)
@@ -146,8 +141,8 @@ def test_cli_quantize_model_without_quantizable_op_is_exit_2(tmp_path):
     path = tmp_path / "noq.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
     np.savez(tmp_path / "c.npz", x=np.zeros((2, 1, 4), np.float32))
-    rc, _, err = _cli(["quantize", str(path), "--calib", str(tmp_path / "c.npz"), "-o", str(tmp_path / "o.onnx"),
-                       "--no-optimize"])
+    rc, _, err = run_cli(["quantize", str(path), "--calib", str(tmp_path / "c.npz"), "-o", str(tmp_path / "o.onnx"),
+                          "--no-optimize"])
     assert rc == 2
     assert "no quantizable op" in err and err.count("\n") == 1
     assert not (tmp_path / "o.onnx").exists()
@@ -155,10 +150,10 @@ def test_cli_quantize_model_without_quantizable_op_is_exit_2(tmp_path):
 
 def test_mixed_precision_raises_sensitive_layers_until_target(tmp_path):
     base_target = 36.0
-    rc, out, err = _cli(["quantize", str(demo_model("mobilenet_demo")), "--calib",
-                         str(ASSETS / "data" / "mobilenet_calib.npz"), "-o", str(tmp_path / "mp.onnx"),
-                         "--target-sqnr", str(base_target), "--target", "phone-npu", "--report", str(tmp_path / "r.json"),
-                         "--quiet", "--analysis-samples", "8"])
+    rc, _, err = run_cli(["quantize", str(demo_model("mobilenet_demo")), "--calib",
+                          str(ASSETS / "data" / "mobilenet_calib.npz"), "-o", str(tmp_path / "mp.onnx"),
+                          "--target-sqnr", str(base_target), "--target", "phone-npu", "--report", str(tmp_path / "r.json"),
+                          "--quiet", "--analysis-samples", "8"])
     assert rc == 0, err
     doc = json.loads((tmp_path / "r.json").read_text())
     mp = doc["mixed_precision"]

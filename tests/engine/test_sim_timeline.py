@@ -5,18 +5,17 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-from io import StringIO
 
 import onnx
 import pytest
 from onnx import helper
 
 import engine
-from engine.cli import Out, main
 from engine.hw.target import ThermalProfile, resolve_target
 from engine.sim.stream import simulate_stream
 from engine.sim.thermal import simulate_thermal
 from engine.sim.timeline import SimOptions, simulate
+from tests.engine.cli_util import run_cli
 from tests.engine.sim_graphs import (
     _model,
     _w,
@@ -30,12 +29,6 @@ from tests.engine.sim_graphs import (
 )
 
 CONTRACT_OP_KEYS = {"node", "op_type", "device", "start_us", "latency_us", "bound", "fallback_reason"}
-
-
-def _run(argv):
-    out, err = StringIO(), StringIO()
-    rc = main(argv, Out(out, err))
-    return rc, out.getvalue(), err.getvalue()
 
 
 @pytest.mark.parametrize("target", ["phone-npu", "ethos-u55", "cloud-tpu"])
@@ -190,7 +183,7 @@ def test_op_waiting_mostly_on_a_transfer_is_transfer_bound():
 
 
 def test_cli_json_is_one_document_with_the_contract(cnn_path):
-    rc, out, err = _run(["simulate", str(cnn_path), "--target", "phone-npu", "--json"])
+    rc, out, err = run_cli(["simulate", str(cnn_path), "--target", "phone-npu", "--json"])
     assert rc == 0, err
     doc = json.loads(out)
     assert doc["target"] == "phone-npu"
@@ -201,7 +194,7 @@ def test_cli_json_is_one_document_with_the_contract(cnn_path):
 
 
 def test_cli_text_report_has_stage_table_and_fallbacks(cnn_path):
-    rc, out, err = _run(["simulate", str(cnn_path), "--target", "ethos-u55", "--stream", "20", "--thermal", "120"])
+    rc, out, err = run_cli(["simulate", str(cnn_path), "--target", "ethos-u55", "--stream", "20", "--thermal", "120"])
     assert rc == 0, err
     assert "NPU inference" in out
     assert "share" in out
@@ -213,19 +206,19 @@ def test_cli_text_report_has_stage_table_and_fallbacks(cnn_path):
 
 
 def test_cli_pin_and_bad_pin(cnn_path):
-    rc, out, _ = _run(["simulate", str(cnn_path), "--target", "phone-npu", "--json", "--pin", "conv=cpu"])
+    rc, out, _ = run_cli(["simulate", str(cnn_path), "--target", "phone-npu", "--json", "--pin", "conv=cpu"])
     assert rc == 0
     conv = next(o for o in json.loads(out)["ops"] if o["node"] == "conv")
     assert conv["device"] == "cpu"
     assert "pinned" in conv["fallback_reason"]
-    rc, _, err = _run(["simulate", str(cnn_path), "--target", "phone-npu", "--pin", "ghost=npu"])
+    rc, _, err = run_cli(["simulate", str(cnn_path), "--target", "phone-npu", "--pin", "ghost=npu"])
     assert rc == 2
     assert err.startswith("error:")
     assert "ghost" in err
 
 
 def test_cli_bad_calibration_file_is_exit_2(cnn_path, tmp_path):
-    rc, out, err = _run(["simulate", str(cnn_path), "--target", "phone-npu", "--calib", str(tmp_path / "none.npz")])
+    rc, out, err = run_cli(["simulate", str(cnn_path), "--target", "phone-npu", "--calib", str(tmp_path / "none.npz")])
     assert rc == 2
     assert out == ""
     assert err.startswith("error:")
@@ -233,7 +226,7 @@ def test_cli_bad_calibration_file_is_exit_2(cnn_path, tmp_path):
 
 
 def test_cli_camera_paced_stream(cnn_path):
-    rc, out, _ = _run(["simulate", str(cnn_path), "--target", "phone-npu", "--json", "--stream", "30", "--fps", "30"])
+    rc, out, _ = run_cli(["simulate", str(cnn_path), "--target", "phone-npu", "--json", "--stream", "30", "--fps", "30"])
     assert rc == 0
     st = json.loads(out)["stream"]
     assert st["arrival_fps"] == 30
@@ -245,15 +238,15 @@ def test_cli_dynamic_input_dimension_is_exit_2_naming_it(tmp_path):
 
     path = tmp_path / "dyn.onnx"
     onnx.save(tiny_add_mul(), path)
-    rc, _, err = _run(["simulate", str(path), "--target", "phone-npu"])
+    rc, _, err = run_cli(["simulate", str(path), "--target", "phone-npu"])
     assert rc == 2
     assert "input 'x' dimension 0 is dynamic ('N')" in err
     assert "--shape x=D0,3" in err
-    rc, _, err = _run(["simulate", str(path), "--target", "phone-npu", "--shape", "x=4,3"])
+    rc, _, err = run_cli(["simulate", str(path), "--target", "phone-npu", "--shape", "x=4,3"])
     assert rc == 0, err
 
 
 def test_cli_requires_target(cnn_path):
-    rc, _, err = _run(["simulate", str(cnn_path)])
+    rc, _, err = run_cli(["simulate", str(cnn_path)])
     assert rc == 2
     assert "--target" in err

@@ -10,13 +10,11 @@ from onnx import TensorProto, helper
 
 import engine
 from nodes.spec import OpError
+from tests.nodes._build import load_graph
 
 
 def _model(op, shape, opset=17, dtype=TensorProto.FLOAT, **attrs):
-    g = helper.make_graph([helper.make_node(op, ["x"], ["y"], **attrs)], "g",
-                          [helper.make_tensor_value_info("x", dtype, shape)],
-                          [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)])
-    return engine.load(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]), check=False)
+    return load_graph([helper.make_node(op, ["x"], ["y"], **attrs)], [("x", dtype, shape)], ["y"], opset=opset)
 
 
 def _run(op, x, opset=17, **attrs):
@@ -84,11 +82,8 @@ def test_pointwise_values():
 def test_relu_on_integers_and_prelu_channel_slope():
     np.testing.assert_array_equal(_run("Relu", np.array([-3, 4], np.int8), opset=14), [0, 4])
     x = -np.ones((1, 3, 2, 2), np.float32)
-    g = helper.make_graph([helper.make_node("PRelu", ["x", "s"], ["y"])], "g",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ("N", 3, 2, 2))],
-                          [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)],
-                          initializer=[helper.make_tensor("s", TensorProto.FLOAT, (3, 1, 1), [0.1, 0.2, 0.3])])
-    gr = engine.load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 16)]), check=False)
+    gr = load_graph([helper.make_node("PRelu", ["x", "s"], ["y"])], [("x", TensorProto.FLOAT, ("N", 3, 2, 2))], ["y"],
+                    [("s", np.array([0.1, 0.2, 0.3], np.float32).reshape(3, 1, 1))], opset=16)
     assert gr.outputs[0].type.shape == ("N", 3, 2, 2)
     y = engine.execute(gr, {"x": x})["y"]
     np.testing.assert_allclose(y[0, :, 0, 0], [-0.1, -0.2, -0.3], rtol=1e-6)

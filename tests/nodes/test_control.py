@@ -6,18 +6,13 @@ import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 import engine
+from tests.nodes._build import load_graph as _load
 
 F, B, I64 = TensorProto.FLOAT, TensorProto.BOOL, TensorProto.INT64
 
 
 def _vi(name, t, shape):
     return helper.make_tensor_value_info(name, t, shape)
-
-
-def _load(nodes, inputs, outputs, inits=(), opset=17):
-    g = helper.make_graph(nodes, "main", [_vi(*i) for i in inputs], [_vi(n, TensorProto.UNDEFINED, None) for n in outputs],
-                          initializer=[numpy_helper.from_array(np.asarray(v), k) for k, v in inits])
-    return engine.load(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]), check=False)
 
 
 def _if_model(cond_const=None):

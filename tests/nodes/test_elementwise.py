@@ -5,18 +5,12 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import engine
 from nodes.cast import cast_array
 from nodes.elementwise import _erf_poly, erf
-
-
-def _load(nodes, inputs, outputs, inits=(), opset=17):
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
-                          [helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in outputs],
-                          initializer=[numpy_helper.from_array(v, k) for k, v in inits])
-    return engine.load(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]), check=False)
+from tests.nodes._build import load_graph as _load
 
 
 def _run1(op, arrays, opset=17, **attrs):

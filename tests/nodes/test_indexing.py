@@ -2,35 +2,25 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import engine
-from engine.ir.graph import Graph
 from engine.ir.infer import node_context
+from tests.nodes._build import load_graph, shape_of
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 
 
-def _load(nodes, inputs, outputs, inits=(), opset: int = 18) -> Graph:
-    """Load a one-graph model; inputs/outputs are (name, elem_type, shape-or-None)."""
-    g = helper.make_graph(
-        nodes, "t",
-        [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
-        [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs],
-        initializer=[numpy_helper.from_array(np.asarray(a), n) for n, a in inits])
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    return engine.load(model, check=False)  # outputs are declared without shapes on purpose
-
-
-def _shape(g: Graph, name: str):
-    return g.lookup(name).type.shape
+_load = partial(load_graph, opset=18)
 
 
 def test_gather_embedding_lookup_shape_with_symbolic_tokens():
     g = _load([helper.make_node("Gather", ["emb", "ids"], ["y"], axis=0)],
               [("ids", I64, ["B", "S"])], [("y", F, None)], [("emb", np.random.rand(100, 16).astype(np.float32))])
-    assert _shape(g, "y") == ("B", "S", 16)
+    assert shape_of(g, "y") == ("B", "S", 16)
     assert g.lookup("y").type.dtype == np.float32
     out = engine.execute(g, {"ids": np.array([[1, -1]], np.int64)})["y"]
     np.testing.assert_array_equal(out[0, 1], g.lookup("emb").const[99])
@@ -39,7 +29,7 @@ def test_gather_embedding_lookup_shape_with_symbolic_tokens():
 def test_gather_of_scalar_index_gives_rank_0():
     g = _load([helper.make_node("Gather", ["x", "i"], ["y"], axis=1)], [("x", F, [3, 5])], [("y", F, None)],
               [("i", np.array(2, np.int64))])
-    assert _shape(g, "y") == (3,)
+    assert shape_of(g, "y") == (3,)
 
 
 def test_topk_ties_keep_the_lower_index_first_for_largest_and_smallest():
@@ -47,7 +37,7 @@ def test_topk_ties_keep_the_lower_index_first_for_largest_and_smallest():
              helper.make_node("TopK", ["x", "k"], ["sv", "si"], axis=-1, largest=0)]
     outs = [(n, F if n.endswith("v") else I64, None) for n in ("v", "i", "sv", "si")]
     g = _load(nodes, [("x", F, ["N", 6])], outs, [("k", np.array([3], np.int64))])
-    assert _shape(g, "v") == ("N", 3)
+    assert shape_of(g, "v") == ("N", 3)
     assert g.lookup("i").type.dtype == np.int64
     x = np.array([[1, 5, 3, 5, 1, 5]], np.float32)
     out = engine.execute(g, {"x": x})
@@ -58,7 +48,7 @@ def test_topk_ties_keep_the_lower_index_first_for_largest_and_smallest():
 def test_topk_k_attribute_before_opset_10():
     g = _load([helper.make_node("TopK", ["x"], ["v", "i"], axis=0, k=2)], [("x", F, [4])],
               [("v", F, None), ("i", I64, None)], opset=9)
-    assert _shape(g, "v") == (2,)
+    assert shape_of(g, "v") == (2,)
     np.testing.assert_array_equal(engine.execute(g, {"x": np.array([3, 9, 1, 9], np.float32)})["i"], [1, 3])
 
 
@@ -66,8 +56,8 @@ def test_argmax_keepdims_and_select_last_index():
     nodes = [helper.make_node("ArgMax", ["x"], ["a"], axis=1, keepdims=0, select_last_index=1),
              helper.make_node("ArgMin", ["x"], ["b"], axis=0, keepdims=1)]
     g = _load(nodes, [("x", F, ["N", 4])], [("a", I64, None), ("b", I64, None)], opset=13)
-    assert _shape(g, "a") == ("N",)
-    assert _shape(g, "b") == (1, 4)
+    assert shape_of(g, "a") == ("N",)
+    assert shape_of(g, "b") == (1, 4)
     out = engine.execute(g, {"x": np.array([[2, 7, 7, 1], [0, 0, 0, 0]], np.float32)})
     np.testing.assert_array_equal(out["a"], [2, 3])
     assert out["a"].dtype == np.int64
@@ -76,7 +66,7 @@ def test_argmax_keepdims_and_select_last_index():
 def test_gathernd_batch_dims_shape_and_values():
     g = _load([helper.make_node("GatherND", ["x", "i"], ["y"], batch_dims=1)], [("x", F, [2, 3, 4])],
               [("y", F, None)], [("i", np.array([[[2], [0]], [[1], [-1]]], np.int64))])
-    assert _shape(g, "y") == (2, 2, 4)
+    assert shape_of(g, "y") == (2, 2, 4)
     x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
     y = engine.execute(g, {"x": x})["y"]
     np.testing.assert_array_equal(y, np.stack([x[0, [2, 0]], x[1, [1, 2]]]))
@@ -99,7 +89,7 @@ def test_scatternd_max_reduction():
 def test_onehot_inserts_depth_at_axis_and_handles_negative_indices():
     g = _load([helper.make_node("OneHot", ["i", "depth", "vals"], ["y"], axis=0)], [("i", I64, ["N"])],
               [("y", F, None)], [("depth", np.array(3, np.int64)), ("vals", np.array([0, 5], np.float32))])
-    assert _shape(g, "y") == (3, "N")
+    assert shape_of(g, "y") == (3, "N")
     y = engine.execute(g, {"i": np.array([-1, 0, 7], np.int64)})["y"]
     np.testing.assert_array_equal(y, [[0, 5, 0], [0, 0, 0], [5, 0, 0]])
 
@@ -109,8 +99,8 @@ def test_nonzero_and_compress_shapes_known_from_constant_inputs():
              helper.make_node("Compress", ["x", "cond"], ["y"], axis=1)]
     g = _load(nodes, [("x", F, ["N", 4])], [("nz", I64, None), ("y", F, None)],
               [("c", np.array([[1, 0], [2, 3]], np.float32)), ("cond", np.array([True, False, True, True]))])
-    assert _shape(g, "nz") == (2, 3)
-    assert _shape(g, "y") == ("N", 3)
+    assert shape_of(g, "nz") == (2, 3)
+    assert shape_of(g, "y") == ("N", 3)
 
 
 def test_cumsum_exclusive_reverse():
@@ -132,10 +122,10 @@ def test_unique_unsorted_keeps_first_occurrence_order():
 def test_einsum_shape_with_ellipsis_and_macs():
     g = _load([helper.make_node("Einsum", ["q", "k"], ["s"], equation="...qd,...kd->...qk")],
               [("q", F, ["B", 12, 64, 32]), ("k", F, ["B", 12, 80, 32])], [("s", F, None)], opset=12)
-    assert _shape(g, "s") == ("B", 12, 64, 80)
+    assert shape_of(g, "s") == ("B", 12, 64, 80)
     implicit = _load([helper.make_node("Einsum", ["a", "b"], ["c"], equation="ij,jk")],
                      [("a", F, [2, 3]), ("b", F, [3, 5])], [("c", F, None)], opset=12)
-    assert _shape(implicit, "c") == (2, 5)
+    assert shape_of(implicit, "c") == (2, 5)
     node = implicit.nodes[0]
     ctx = node_context(node)
     assert ctx.spec.work(ctx).macs == 2 * 3 * 5

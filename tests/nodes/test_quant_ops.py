@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import itertools
+from functools import partial
 
 import ml_dtypes
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import engine
 from engine.ir.infer import node_context
+from tests.nodes._build import load_graph
 
-
-def _load(nodes, inputs, outputs, inits=(), opset=21):
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
-                          [helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in outputs],
-                          initializer=[numpy_helper.from_array(np.asarray(v), k) for k, v in inits])
-    return engine.load(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]), check=False)
+_load = partial(load_graph, opset=21)
 
 
 def _quantize(x, scale, zp=None, opset=21, **attrs):
@@ -27,7 +24,7 @@ def _quantize(x, scale, zp=None, opset=21, **attrs):
         inits.append(("zp", zp))
         names.append("zp")
     g = _load([helper.make_node("QuantizeLinear", names, ["y"], **attrs)],
-              [("x", TensorProto.FLOAT, x.shape)], ["y"], inits, opset)
+              [("x", TensorProto.FLOAT, x.shape)], ["y"], inits, opset=opset)
     return g, engine.execute(g, {"x": x})["y"]
 
 

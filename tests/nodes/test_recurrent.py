@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import engine
 from engine.ir.infer import node_context
 from engine.ir.onnx_io import to_onnx
+from tests.nodes._build import load_graph
 
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 
@@ -21,14 +22,10 @@ def _model(op, x_shape, hid, inp, nd=1, inits=None, inputs=("X", "W", "R", "B"),
                "R": rng.standard_normal((nd, g * hid, hid)).astype(np.float32) * 0.4,
                "B": rng.standard_normal((nd, 2 * g * hid)).astype(np.float32) * 0.4}
     weights.update(inits or {})
-    graph_inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, x_shape)]
-    inits_p = [numpy_helper.from_array(v, k) for k, v in weights.items() if k in inputs]
     node = helper.make_node(op, list(inputs), list(outputs), hidden_size=hid, **attrs)
-    gr = helper.make_graph([node], "g", graph_inputs,
-                           [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outputs if o],
-                           initializer=inits_p)
-    model = helper.make_model(gr, opset_imports=[helper.make_opsetid("", opset)])
-    return engine.load(model, check=False), weights
+    graph = load_graph([node], [("X", TensorProto.FLOAT, x_shape)], [o for o in outputs if o],
+                       [(k, v) for k, v in weights.items() if k in inputs], opset=opset)
+    return graph, weights
 
 
 def _types(graph):

@@ -2,35 +2,25 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import engine
-from engine.ir.graph import Graph
+from tests.nodes._build import load_graph, shape_of
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 
 
-def _load(nodes, inputs, outputs, inits=(), opset: int = 18) -> Graph:
-    """Load a one-graph model; inputs/outputs are (name, elem_type, shape-or-None)."""
-    g = helper.make_graph(
-        nodes, "t",
-        [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
-        [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs],
-        initializer=[numpy_helper.from_array(np.asarray(a), n) for n, a in inits])
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    return engine.load(model, check=False)  # outputs are declared without shapes on purpose
-
-
-def _shape(g: Graph, name: str):
-    return g.lookup(name).type.shape
+_load = partial(load_graph, opset=18)
 
 
 def test_global_average_pool_as_reduce_mean_keeps_symbolic_batch():
     g = _load([helper.make_node("ReduceMean", ["x"], ["y"], axes=[2, 3], keepdims=1)],
               [("x", F, ["N", 64, 7, 7])], [("y", F, None)], opset=13)
-    assert _shape(g, "y") == ("N", 64, 1, 1)
+    assert shape_of(g, "y") == ("N", 64, 1, 1)
     x = np.random.rand(2, 64, 7, 7).astype(np.float32)
     y = engine.execute(g, {"x": x})["y"]
     np.testing.assert_allclose(y, x.mean(axis=(2, 3), keepdims=True), rtol=1e-5)
@@ -44,30 +34,30 @@ def test_reduce_sum_axes_attribute_at_11_and_input_at_13():
     new = _load([helper.make_node("ReduceSum", ["x", "a"], ["y"], keepdims=0)],
                 [("x", F, ["B", 3, 4])], [("y", F, None)], [("a", np.array([-1], np.int64))], opset=13)
     for g in (old, new):
-        assert _shape(g, "y") == ("B", 3)
+        assert shape_of(g, "y") == ("B", 3)
         np.testing.assert_array_equal(engine.execute(g, {"x": x})["y"], x.sum(-1))
 
 
 def test_reduce_max_axes_input_form_from_opset_18():
     g = _load([helper.make_node("ReduceMax", ["x", "a"], ["y"], keepdims=1)], [("x", F, [2, 5])],
               [("y", F, None)], [("a", np.array([1], np.int64))], opset=18)
-    assert _shape(g, "y") == (2, 1)
+    assert shape_of(g, "y") == (2, 1)
 
 
 def test_unknown_axes_input_gives_rank_only():
     g = _load([helper.make_node("ReduceSum", ["x", "a"], ["k"], keepdims=1),
                helper.make_node("ReduceSum", ["x", "a"], ["d"], keepdims=0)],
               [("x", F, [2, 3, 4]), ("a", I64, [2])], [("k", F, None), ("d", F, None)], opset=13)
-    assert _shape(g, "k") == (None, None, None)
-    assert _shape(g, "d") == (None,)
+    assert shape_of(g, "k") == (None, None, None)
+    assert shape_of(g, "d") == (None,)
 
 
 def test_noop_with_empty_axes_keeps_elementwise_part():
     nodes = [helper.make_node("ReduceSumSquare", ["x"], ["sq"], noop_with_empty_axes=1),
              helper.make_node("ReduceSum", ["x"], ["all"], keepdims=0)]
     g = _load(nodes, [("x", F, [2, 2])], [("sq", F, None), ("all", F, None)], opset=18)
-    assert _shape(g, "sq") == (2, 2)
-    assert _shape(g, "all") == ()
+    assert shape_of(g, "sq") == (2, 2)
+    assert shape_of(g, "all") == ()
     x = np.array([[1, -2], [3, 4]], np.float32)
     out = engine.execute(g, {"x": x})
     np.testing.assert_array_equal(out["sq"], x * x)

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import engine
+from tests.nodes._build import load_graph
 
-
-def _load(nodes, inputs, outputs, inits=(), opset=19):
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
-                          [helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in outputs],
-                          initializer=[numpy_helper.from_array(v, k) for k, v in inits])
-    return engine.load(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]), check=False)
+_load = partial(load_graph, opset=19)
 
 
 def _resize(x_shape, scales=None, sizes=None, dtype=TensorProto.FLOAT, opset=19, **attrs):
@@ -27,7 +25,7 @@ def _resize(x_shape, scales=None, sizes=None, dtype=TensorProto.FLOAT, opset=19,
     if sizes is not None:
         inits.append(("sizes", np.asarray(sizes, np.int64)))
         names.append("sizes")
-    return _load([helper.make_node("Resize", names, ["y"], **attrs)], [("x", dtype, x_shape)], ["y"], inits, opset)
+    return _load([helper.make_node("Resize", names, ["y"], **attrs)], [("x", dtype, x_shape)], ["y"], inits, opset=opset)
 
 
 @pytest.mark.parametrize(("x_shape", "kw", "out"), [
