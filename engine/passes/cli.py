@@ -108,14 +108,17 @@ def _write_model(model: Any, dest: Path) -> None:
     if dest.is_dir():
         raise InputError(f"{dest}: is a folder")
     big = model.ByteSize() > 2**31 - 2**20
+    if not big:
+        from engine.project import atomic_write
+
+        atomic_write(dest, model.SerializeToString())
+        return
     fd, tmp = tempfile.mkstemp(prefix=".optimize-", suffix=".onnx", dir=str(dest.parent or Path(".")))
     os.close(fd)
     try:
-        if big:  # over protobuf's 2 GiB: weights go to OUT.onnx.data beside the model
-            onnx.save_model(model, tmp, save_as_external_data=True, all_tensors_to_one_file=True,
-                            location=dest.name + ".data")
-        else:
-            onnx.save_model(model, tmp)
+        # over protobuf's 2 GiB: weights go to OUT.onnx.data beside the model
+        onnx.save_model(model, tmp, save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=dest.name + ".data")
         os.replace(tmp, dest)
     except OSError as exc:
         raise InputError(f"{dest}: cannot write: {exc.strerror}") from None

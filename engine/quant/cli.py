@@ -83,32 +83,15 @@ class TerminalProgress:
 
 
 def write_model_atomic(graph: Graph, dest: Path) -> None:
-    """Check and write a graph as ONNX via a temporary file and rename (never a partial file)."""
-    import os
-    import tempfile
-
+    """Check and write a graph as ONNX atomically (never a partial file)."""
     import onnx
 
     from engine.ir.onnx_io import to_onnx
+    from engine.project import atomic_write
 
     model = to_onnx(graph)
     onnx.checker.check_model(model, full_check=True)
-    dest = Path(dest)
-    if not dest.parent.exists():
-        raise InputError(f"{dest}: folder {dest.parent} does not exist")
-    try:
-        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise InputError(f"{dest}: cannot write: {exc.strerror}") from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(model.SerializeToString())
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, dest)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise InputError(f"{dest}: cannot write: {exc.strerror}") from None
+    atomic_write(dest, model.SerializeToString())
 
 
 def optimize_for_quantization(graph: Graph) -> Graph:
