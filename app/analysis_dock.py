@@ -1,0 +1,397 @@
+"""``install_analysis(window)``: the analysis of issue 8 added to the editor's main window.
+
+It creates the AnalysisController and the docks (compile settings, charts, op analysis,
+hardware what-if, precision trade-off, stage table), the File -> Export compiled... action,
+View toggles and a status-bar progress with cancel, and links the selection both ways:
+clicking a bar, block or row selects the node(s) on the canvas (through the scene's items and
+the view's ``center_on_item``), and selecting nodes on the canvas outlines their ops in every
+chart. Canvas colours follow each compile through the document's statuses (app/analysis.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QDockWidget, QMainWindow, QMenu, QProgressBar, QToolButton
+
+from app.analysis import AnalysisController
+from app.export import ExportController
+from app.panels.charts import ChartsPanel
+from app.panels.compile_panel import CompilePanel
+from app.panels.precision_panel import PrecisionPanel
+from app.panels.quant_inspector import QuantInspectorPanel
+from app.panels.stages_panel import StagesPanel
+from app.panels.target_panel import TargetPanel
+
+log = logging.getLogger(__name__)
+GIL_SWITCH_INTERVAL_S = 0.001
+
+
+def _menu(window: QMainWindow, title: str) -> QMenu | None:
+    for act in window.menuBar().actions():
+        m = act.menu()
+        if m is not None and m.title().replace("&", "") == title:
+            return m
+    return None
+
+
+class AnalysisDock(QObject):
+    """Everything install_analysis adds to a window (kept as ``window.analysis``)."""
+
+    def __init__(self, window: QMainWindow) -> None:
+        super().__init__(window)
+        self.window = window
+        self.controller = AnalysisController(self)
+        self.charts = ChartsPanel(window)
+        self.compile_panel = CompilePanel(window)
+        self.op_panel = QuantInspectorPanel(window)
+        self.hardware_panel = TargetPanel(window)
+        self.precision_panel = PrecisionPanel(window)
+        self.stages_panel = StagesPanel(window)
+        self.exporter = ExportController(self.controller, window)
+        self._scene: Any = None
+        self._syncing = False
+        # Deferred work runs on timers owned by this object, so none fires after the window is gone.
+        self._side_timer = self._zero_timer(self._show_side_panels)
+        self._close_timer = self._zero_timer(self._after_close)
+        self._place_timer = self._zero_timer(self._place_docks)
+        for panel in (self.compile_panel, self.op_panel, self.hardware_panel, self.precision_panel):
+            panel.set_controller(self.controller)
+        self._placed = False
+        for dock in self.docks:
+            dock.hide()
+        if window.isVisible():
+            self._place_docks()
+        self._build_actions()
+        self._build_status()
+        ctl = self.controller
+        ctl.result_changed.connect(self._on_result_changed)
+        ctl.sustained_changed.connect(self.charts.show_sustained)
+        ctl.comparison_changed.connect(self._on_comparison_changed)
+        ctl.state_changed.connect(self._on_state_changed)
+        ctl.selection_changed.connect(self._on_selection_changed)
+        ctl.progress.connect(self._on_progress)
+        ctl.settings_changed.connect(self._on_settings_changed)
+        ctl.cleared.connect(self._on_cleared)
+        ctl.statuses_changed.connect(self._on_statuses_changed)
+        self.charts.op_clicked.connect(self.select_op)
+        window.document_shown.connect(self._on_document_shown)
+        window.installEventFilter(self)
+        if getattr(window, "doc", None) is not None and getattr(window, "scene", None) is not None:
+            self._on_document_shown()
+
+    # -- layout --------------------------------------------------------------------------------
+    def _zero_timer(self, slot) -> QTimer:
+        t = QTimer(self)
+        t.setSingleShot(True)
+        t.setInterval(0)
+        t.timeout.connect(slot)
+        return t
+
+    @property
+    def docks(self) -> tuple:
+        """The docks install_analysis adds."""
+        return (self.compile_panel, self.op_panel, self.charts, self.stages_panel, self.hardware_panel,
+                self.precision_panel)
+
+    def _place_docks(self) -> None:
+        """Dock the panels once the window is on screen.
+
+        Qt 6.11's QMainWindow leaves a stale, visible copy of a tab bar behind when a second tab
+        group is formed before the window is first shown (the copy keeps painting over whatever
+        later occupies its place), so the panels are tabified after the first show. A window
+        state restored earlier (QSettings) still places them: restoreDockWidget reads it.
+        """
+        if self._placed:
+            return
+        self._placed = True
+        w = self.window
+        left, right, bottom = (Qt.DockWidgetArea.LeftDockWidgetArea, Qt.DockWidgetArea.RightDockWidgetArea,
+                               Qt.DockWidgetArea.BottomDockWidgetArea)
+        # The right column (inspector, op analysis) runs down to the status bar: the op analysis is
+        # tall (figures, histogram, what-if), the charts are wide.
+        w.setCorner(Qt.Corner.BottomRightCorner, right)
+        restored = {d for d in self.docks if w.restoreDockWidget(d)}
+        palette, inspector, diagnostics = (getattr(w, n, None) for n in ("palette", "inspector", "diagnostics"))
+        defaults = [(self.compile_panel, left, palette), (self.op_panel, right, inspector),
+                    (self.charts, bottom, diagnostics), (self.stages_panel, bottom, self.charts),
+                    (self.hardware_panel, bottom, self.charts), (self.precision_panel, bottom, self.charts)]
+        for dock, area, group in defaults:
+            if dock in restored:
+                continue
+            w.addDockWidget(area, dock)
+            if isinstance(group, QDockWidget):
+                w.tabifyDockWidget(group, dock)
+            dock.show()
+        if not restored:
+            self.charts.raise_()
+            self.op_panel.raise_()
+            w.resizeDocks([self.charts], [340], Qt.Orientation.Vertical)
+            w.resizeDocks([self.op_panel, self.compile_panel], [380, 280], Qt.Orientation.Horizontal)
+
+    def _build_actions(self) -> None:
+        w = self.window
+        self.act_export = QAction("Export &Compiled…", w)
+        self.act_export.setShortcut(QKeySequence("Ctrl+Shift+E"))
+        self.act_export.triggered.connect(lambda _=False: self.exporter.export_dialog())
+        file_menu = _menu(w, "File")
+        if file_menu is not None:
+            acts = file_menu.actions()
+            anchor = getattr(w, "act_export", None)
+            idx = acts.index(anchor) + 1 if anchor in acts else len(acts)
+            if idx < len(acts):
+                file_menu.insertAction(acts[idx], self.act_export)
+            else:
+                file_menu.addAction(self.act_export)
+        view_menu = _menu(w, "View")
+        if view_menu is not None:
+            view_menu.addSeparator()
+            for dock in (self.charts, self.compile_panel, self.op_panel, self.hardware_panel, self.precision_panel,
+                         self.stages_panel):
+                view_menu.addAction(dock.toggleViewAction())
+        tools = _menu(w, "Tools")
+        if tools is not None:
+            tools.addSeparator()
+            act = QAction("Re&analyze Now", w)
+            act.setShortcut(QKeySequence("F5"))
+            act.triggered.connect(lambda _=False: self.controller.compile_now())
+            tools.addAction(act)
+            act = QAction("Cancel Analysis", w)
+            act.triggered.connect(lambda _=False: self.controller.cancel())
+            tools.addAction(act)
+
+    def _build_status(self) -> None:
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1000)
+        self.progress.setMaximumWidth(140)
+        self.progress.setMaximumHeight(14)
+        self.progress.setTextVisible(False)
+        self.progress.setToolTip("background analysis (compile, quantize, simulate)")
+        self.cancel_button = QToolButton()
+        self.cancel_button.setText("✕")
+        self.cancel_button.setToolTip("Cancel the analysis")
+        self.cancel_button.clicked.connect(lambda: self.controller.cancel())
+        sb = self.window.statusBar()
+        sb.addPermanentWidget(self.progress)
+        sb.addPermanentWidget(self.cancel_button)
+        self.cancel_button.setEnabled(False)  # both stay visible: showing them would re-lay out the window
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.window and event.type() == QEvent.Type.Close:
+            self._close_timer.start()
+        elif watched is self.window and event.type() == QEvent.Type.Show and not self._placed:
+            self._place_timer.start()
+        return False
+
+    def _after_close(self) -> None:
+        if not self.window.isVisible():  # the close was not cancelled: stop the workers
+            self.controller.shutdown()
+
+    # -- following the window --------------------------------------------------------------------
+    def _on_document_shown(self) -> None:
+        w = self.window
+        if w.doc is not self.controller.doc:
+            self.controller.attach(w.doc)
+        scene = w.scene
+        if scene is not self._scene:
+            if self._scene is not None:
+                with contextlib.suppress(RuntimeError, TypeError):
+                    self._scene.selectionChanged.disconnect(self._on_canvas_selection_changed)
+            self._scene = scene
+            if scene is not None:
+                scene.selectionChanged.connect(self._on_canvas_selection_changed)
+
+    def _on_state_changed(self, state: str, message: str) -> None:
+        running = state == "running"
+        self.cancel_button.setEnabled(running)
+        if not running:
+            self.progress.setValue(0)
+        self.charts.show_state(state, message)
+        if state == "failed":
+            self.window.statusBar().showMessage(f"analysis: {message}", 10000)
+
+    def _on_statuses_changed(self, names: set[str]) -> None:
+        """Repaint the canvas items (and legend, minimap) of nodes the compile placed anew."""
+        w, scene = self.window, self.window.scene
+        doc = self.controller.doc
+        if scene is None or doc is None or getattr(scene, "read_only", False):
+            return
+        for it in scene.node_items.values():
+            if it.node.name in names:
+                it.update()
+        overview = getattr(scene, "overview", None)
+        if overview is not None:
+            overview.invalidate()
+        canvas = getattr(w, "canvas", None)
+        if canvas is None:
+            return
+        counts: dict[str, int] = {}
+        for st in doc.statuses.values():
+            counts[st.device] = counts.get(st.device, 0) + 1
+            if st.errors:
+                counts["error"] = counts.get("error", 0) + 1
+        counts["group"] = sum(1 for n in doc.graph.nodes if n.meta.get("provenance") and n.meta["provenance"] != [n.name])
+        canvas.legend.set_counts(counts)
+        canvas.minimap.schedule_rebuild()
+
+    def _on_cleared(self) -> None:
+        self.charts.show_empty("compiling the new model…")
+        self.op_panel.show_op(None)
+
+    def _on_settings_changed(self, settings: Any) -> None:
+        """Keep the toolbar's target box on the analysis target (a file target is added to it)."""
+        box = getattr(self.window, "target_box", None)
+        if box is None or box.currentData() == settings.target:
+            return
+        idx = box.findData(settings.target) if settings.target else 0
+        if idx < 0:
+            box.addItem(Path(settings.target).stem, settings.target)
+            idx = box.count() - 1
+        box.blockSignals(True)
+        box.setCurrentIndex(idx)
+        box.blockSignals(False)
+
+    def _on_progress(self, fraction: float, _text: str) -> None:
+        self.progress.setValue(int(1000 * max(0.0, min(1.0, fraction))))
+
+    def _on_result_changed(self, result: Any) -> None:
+        self.charts.show_result(result, self.controller.comparison)
+        self._side_timer.start()
+
+    def _show_side_panels(self) -> None:
+        """The stage table and the pass trace, one event-loop turn after the charts start."""
+        result = self.controller.current
+        if result is None:
+            return
+        self.stages_panel.show_result(result)
+        trace = getattr(self.window, "pass_trace", None)
+        if trace is not None and not result.what_if_hardware:
+            from engine.export.artifacts import fused_groups
+
+            comp = result.compile
+            summary = (f"live analysis: {len(comp.source.nodes)} → {len(comp.optimized.nodes)} nodes, "
+                       f"{result.sim.summary()['npu_ops']} ops on the NPU, {result.sim.summary()['cpu_ops']} on the CPU")
+            trace.show_trace([r.to_json() for r in comp.optimize_trace], fused_groups(comp), summary)
+
+    def _on_comparison_changed(self, _comparison: Any) -> None:
+        if self.controller.current is not None:
+            self.charts.show_result(self.controller.current, self.controller.comparison)
+            self.charts.set_selected(self.controller.selected)
+
+    # -- selection, both ways ----------------------------------------------------------------------
+    def _on_selection_changed(self, ops: list[str], _origin: str) -> None:
+        self.charts.set_selected(ops)
+
+    def _on_canvas_selection_changed(self) -> None:
+        if self._syncing or self._scene is None:
+            return
+        try:
+            nodes = self._scene.selected_nodes()
+        except RuntimeError:  # the scene is being destroyed
+            return
+        ctl = self.controller
+        ops = [op for op in (ctl.op_for_node(n.name) for n in nodes) if op is not None]
+        ctl.select_ops(ops, "canvas")
+
+    def select_op(self, op: str) -> None:
+        """Select a compiled op everywhere: the charts and its node(s) on the canvas."""
+        self.controller.select_ops([op], "chart")
+        scene, view = self.window.scene, self.window.view
+        if scene is None:
+            return
+        names = self.controller.nodes_for_op(op)
+        by_name = {it.node.name: it for it in scene.node_items.values()}
+        items = [by_name[n] for n in names if n in by_name]
+        if not items:
+            return
+        self._syncing = True
+        try:
+            view.center_on_item(items[0])
+            for it in items[1:]:
+                it.setSelected(True)
+        finally:
+            self._syncing = False
+
+
+    def wait_for_screenshot(self, timeout: float = 120.0) -> None:
+        """Wait for the analysis, draw every chart and show the costliest quantized op (the
+        ``--screenshot`` of ``npu-studio gui``)."""
+        import time
+
+        from PySide6.QtCore import QCoreApplication
+
+        ctl = self.controller
+        ctl.wait_until_idle(timeout)
+        self.compile_panel.raise_()  # the settings the charts come from: target, calibration
+        res = ctl.current
+        if res is None:
+            return
+        self.charts.flush()
+        ops = sorted(res.sim.ops, key=lambda o: -o.latency_us)
+        q = res.quant
+
+        def shows_both(op: str) -> bool:  # a quantized op whose output has FP32 and quantized values
+            node = res.compile.optimized.node_by_name(op)
+            out = node.outputs[0] if node is not None and node.outputs else None
+            return q is not None and out is not None and out.name in q.model.activations
+
+        pick = next((o.node for o in ops if shows_both(o.node)),
+                    next((o.node for o in ops if res.layer_row(o.node) is not None), ops[0].node if ops else None))
+        if pick is not None:
+            self.select_op(pick)
+        end = time.monotonic() + min(timeout, 30.0)
+        panel = self.op_panel
+        while time.monotonic() < end and (ctl.busy or self.charts.is_updating or panel.histogram_pending
+                                          or res.sustained is None):
+            QCoreApplication.processEvents()
+            time.sleep(0.01)
+        self.charts.flush()
+        QCoreApplication.processEvents()
+
+
+_FROZEN = False
+
+
+def _freeze_startup_heap() -> None:
+    """Move what exists after start-up (modules, classes, functions, the window) out of the
+    cyclic garbage collector's sight, once per process.
+
+    A full collection holds the GIL while it walks every tracked object; at start-up that is
+    ~140k objects (Qt, pyqtgraph, numpy, onnx and our modules), and a collection triggered by an
+    analysis worker then stalls the GUI thread for 50-100 ms. These objects live as long as the
+    process (reference counting still frees them), so freezing them only shortens collections.
+    """
+    global _FROZEN
+    if _FROZEN:
+        return
+    _FROZEN = True
+    import importlib
+
+    for mod in ("engine.compile", "engine.passes.pipeline", "engine.quant.api", "engine.quant.mixed",
+                "engine.sim.timeline", "engine.sim.thermal", "engine.sim.stream", "engine.sim.executor",
+                "engine.export.artifacts", "engine.export.report"):
+        importlib.import_module(mod)
+    gc.collect()
+    gc.freeze()
+
+
+def install_analysis(window: QMainWindow) -> AnalysisDock:
+    """Add the analysis docks, actions and links to ``window`` (once); returns them."""
+    existing = getattr(window, "analysis", None)
+    if isinstance(existing, AnalysisDock):
+        return existing
+    # Qt calls back into Python for every paint and bounding box; while an analysis worker runs
+    # Python, each callback waits for the GIL up to the switch interval (5 ms by default), which
+    # adds up to visible stalls. 1 ms keeps the GUI responsive at a negligible switching cost.
+    sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_INTERVAL_S))
+    dock = AnalysisDock(window)
+    _freeze_startup_heap()
+    window.analysis = dock  # type: ignore[attr-defined]
+    return dock

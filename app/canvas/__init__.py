@@ -1,0 +1,1 @@
+"""The node canvas: scene, view, items, layout, minimap."""

@@ -1,0 +1,108 @@
+"""A plain snapshot of a graph's drawing structure, taken on the GUI thread (or before the
+graph is shown) and handed to the layout worker: keys, sizes and edges, nothing live."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from app import style
+from app.canvas.group_item import CHIP_GAP, CHIP_H, CHIP_W, MARGIN, TITLE, provenance_of
+from app.canvas.layout import LayoutInput
+from app.canvas.node_item import input_port_xs, node_port_counts
+from app.canvas.port_item import port_x
+from engine.ir.graph import Graph
+
+
+@dataclass
+class GraphSnapshot:
+    """Layout keys (``id(node)``, ``("in", name)``, ``("out", k)``) and the layout input."""
+
+    keys: list[Any]
+    data: LayoutInput
+    # Offset of the node's own rectangle inside its layout box (fused groups reserve a frame).
+    offsets: dict[Any, tuple[float, float]]
+
+
+def node_box(node: Any, expanded: bool) -> tuple[float, float, float, float]:
+    """(width, height, dx, dy): the layout box of a node and where the node sits in it."""
+    w, h = style.NODE_WIDTH, style.NODE_HEIGHT
+    prov = provenance_of(node)
+    if not prov:
+        return w, h, 0.0, 0.0
+    bw, bh = w + 2 * MARGIN, h + MARGIN + TITLE
+    if expanded:
+        chips = len(prov) * (CHIP_H + CHIP_GAP) - CHIP_GAP + TITLE + 2 * MARGIN
+        bw += CHIP_W + 3 * MARGIN
+        bh = max(bh, chips)
+    return bw, bh, MARGIN, TITLE
+
+
+def take_snapshot(graph: Graph, expanded: Iterable[int] = ()) -> GraphSnapshot:
+    """Snapshot ``graph`` for layout; ``expanded`` holds keys of expanded fused groups."""
+    expanded = set(expanded)
+    keys: list[Any] = []
+    sizes: list[tuple[float, float]] = []
+    offsets: dict[Any, tuple[float, float]] = {}
+    index: dict[Any, int] = {}
+    for v in graph.inputs:
+        key = ("in", v.name)
+        index[key] = len(keys)
+        keys.append(key)
+        sizes.append((style.IO_WIDTH, style.IO_HEIGHT))
+    for n in graph.nodes:
+        key = id(n)
+        index[key] = len(keys)
+        keys.append(key)
+        w, h, dx, dy = node_box(n, key in expanded)
+        sizes.append((w, h))
+        if dx or dy:
+            offsets[key] = (dx, dy)
+    edges: list[tuple[int, int]] = []
+    ports: list[tuple[float, float]] = []  # port x relative to the node centres (see LayoutInput)
+    w, half = style.NODE_WIDTH, style.NODE_WIDTH / 2
+    n_outs: dict[int, int] = {}
+    for n in graph.nodes:
+        dst = index[id(n)]
+        counts = node_port_counts(n)
+        n_outs[id(n)] = counts[1]
+        in_xs = None
+        for i, v in enumerate(n.inputs):
+            if v is None:
+                continue
+            src = _source_index(v, index)
+            if src is not None:
+                if in_xs is None:
+                    in_xs = input_port_xs(n, w, max(counts[0], len(n.inputs)))
+                edges.append((src, dst))
+                ports.append((_out_dx(v, n_outs, graph), in_xs[i] - half))
+    for k, v in enumerate(graph.outputs):
+        key = ("out", k)
+        index[key] = len(keys)
+        keys.append(key)
+        sizes.append((style.IO_WIDTH, style.IO_HEIGHT))
+        src = _source_index(v, index)
+        if src is not None:
+            edges.append((src, index[key]))
+            ports.append((_out_dx(v, n_outs, graph), 0.0))
+    top = {i for i, k in enumerate(keys) if isinstance(k, tuple) and k[0] == "in"}
+    return GraphSnapshot(keys, LayoutInput(sizes, edges, top, ports), offsets)
+
+
+def _out_dx(v: Any, n_outs: dict[int, int], graph: Graph) -> float:
+    """x of the output port that produces ``v``, relative to its node's centre."""
+    p = v.producer()
+    if p is None:
+        return 0.0
+    n_out = n_outs.get(id(p))
+    if n_out is None:
+        n_out = n_outs[id(p)] = node_port_counts(p)[1]
+    return port_x(style.NODE_WIDTH, n_out, v.producer_index()) - style.NODE_WIDTH / 2
+
+
+def _source_index(v: Any, index: dict[Any, int]) -> int | None:
+    p = v.producer()
+    if p is not None:
+        return index.get(id(p))
+    return index.get(("in", v.name))

@@ -1,0 +1,183 @@
+"""``npu-studio gui [MODEL] [--target T] [--calib C] [--screenshot OUT.png]`` and the bare
+``npu-studio`` (the editor on the bundled demo model).
+
+Without a display the command says so in one line and does the headless thing instead:
+compile the model when the engine can (``engine.compile``), else print the inspect summary.
+``--screenshot`` renders the main window offscreen (QT_QPA_PLATFORM=offscreen works) to a PNG.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from engine.cli import EXIT_OK, Out, _shapes, add_model_args, extra_command
+from engine.errors import InputError, ModelError
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO_MODEL = ROOT / "assets" / "models" / "mobilenet_demo.onnx"
+log = logging.getLogger(__name__)
+
+
+def has_display() -> bool:
+    """True when a window can be shown to a person (not offscreen, and a display server)."""
+    platform = os.environ.get("QT_QPA_PLATFORM", "")
+    if platform.startswith(("offscreen", "minimal", "vnc")):
+        return False
+    if sys.platform.startswith("linux"):
+        return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")) or platform.startswith(
+            ("eglfs", "linuxfb"))
+    return True
+
+
+def _model_path(args: argparse.Namespace) -> Path:
+    if args.model:
+        return Path(args.model)
+    if not DEMO_MODEL.is_file():
+        raise InputError(f"{DEMO_MODEL}: the bundled demo model is missing (give a MODEL)")
+    return DEMO_MODEL
+
+
+def _headless(args: argparse.Namespace, out: Out, model: Path) -> int:
+    import engine
+
+    compile_fn = getattr(engine, "compile", None)
+    if compile_fn is None:
+        try:
+            compile_fn = getattr(importlib.import_module("engine.export.cli"), "run_compile", None)
+        except ImportError:
+            compile_fn = None
+    if compile_fn is not None:
+        from engine.cli import main as cli_main
+
+        outdir = Path(tempfile.mkdtemp(prefix="npu-studio-"))
+        argv = ["compile", str(model), "-o", str(outdir / "bundle")]
+        if args.target:
+            argv += ["--target", args.target]
+        if args.calib:
+            argv += ["--calib", args.calib]
+        else:
+            argv += ["--allow-synthetic-calibration"]
+        for s in args.shape or []:
+            argv += ["--shape", s]
+        return cli_main(argv, out)
+    from engine.inspect import format_summary, summarize
+
+    out.line(format_summary(summarize(engine.load(model, shapes=_shapes(args)))))
+    return EXIT_OK
+
+
+def cmd_gui(args: argparse.Namespace, out: Out) -> int:
+    """Open the editor (or render a screenshot, or work headless without a display)."""
+    model = _model_path(args)
+    if not model.exists():
+        raise ModelError(f"{model}: no such file")
+    if args.screenshot:
+        return screenshot(model, Path(args.screenshot), args.target, _shapes(args), out, calib=args.calib)
+    if not has_display():
+        out.info("no display: cannot open the editor here; " + (
+            "compiling headless instead" if hasattr(__import__("engine"), "compile") else "showing the model summary instead"))
+        return _headless(args, out, model)
+    from PySide6.QtWidgets import QApplication
+
+    from app.__main__ import make_app, recovery_dir
+    from app.main_window import MainWindow
+
+    app = QApplication.instance() or make_app()
+    win = MainWindow(recovery_dir=recovery_dir())
+    if args.calib and getattr(win, "analysis", None) is not None:
+        win.analysis.controller.calibration_for_next = args.calib
+    win.show()
+    if not win.offer_recovery():
+        win.open_path(model, target=args.target, shapes=_shapes(args))
+    return int(app.exec())
+
+
+def screenshot(model: Path, dest: Path, target: str | None, shapes: dict, out: Out, size=(1600, 1000),
+               timeout: float = 120.0, calib: str | None = None) -> int:
+    """Load, compile, lay out and render the main window to ``dest`` (a PNG); exit status."""
+    from PySide6.QtCore import QSettings
+    from PySide6.QtWidgets import QApplication
+
+    from app.__main__ import make_app
+    from app.main_window import MainWindow
+
+    if dest.parent and not dest.parent.exists():
+        raise InputError(f"{dest}: folder {dest.parent} does not exist")
+    if target:
+        from app import placement
+
+        placement.resolve_target(target)  # a bad target is a clear error before any window
+    app = QApplication.instance() or make_app()
+    tmp = tempfile.mkdtemp(prefix="npu-studio-shot-")
+    settings = QSettings(str(Path(tmp) / "settings.ini"), QSettings.Format.IniFormat)
+    if calib and not Path(calib).exists():
+        raise InputError(f"{calib}: no such calibration file or folder")
+    win = MainWindow(settings=settings, restore_state=False)
+    analysis = getattr(win, "analysis", None)  # the charts (app/analysis_dock.py)
+    if analysis is not None and calib:
+        analysis.controller.calibration_for_next = calib
+    win.resize(*size)
+    win.show()
+    failures: list[str] = []
+    task = win.open_path(model, target=target, shapes=shapes)
+    task.signals.failed.connect(failures.append)
+    _wait(app, lambda: (win.scene is not None and not win.scene.is_populating and win.doc is not None) or bool(failures),
+          timeout)
+    if failures:
+        raise ModelError(failures[0])
+    if win.doc is None:
+        raise ModelError(f"{model}: timed out after {timeout:.0f} s while loading")
+    doc = win.doc
+    doc.flush()
+    doc.wait_for_placement()
+    compiled: list[object] = []
+    win.compile_finished.connect(compiled.append)
+    job = win.compile()
+    if job is not None:
+        _wait(app, lambda: bool(compiled) or (job.done.is_set() and not compiled and _settled(app)), timeout)
+    doc.wait_for_placement()
+    if analysis is not None:
+        analysis.wait_for_screenshot(timeout)
+    app.processEvents()
+    win.canvas.minimap.rebuild()
+    win.frame_for_screenshot()
+    app.processEvents()
+    image = win.grab()
+    if not image.save(str(dest), "PNG"):
+        raise InputError(f"{dest}: cannot write the PNG")
+    out.line(f"wrote {dest} ({image.width()}x{image.height()}, {len(doc.graph)} nodes)")
+    win.doc.undo_stack.setClean()
+    win.close()
+    if analysis is not None:
+        analysis.controller.shutdown()
+    return EXIT_OK
+
+
+def _settled(app) -> bool:
+    app.processEvents()
+    return True
+
+
+def _wait(app, done, timeout: float) -> None:
+    end = time.monotonic() + timeout
+    while not done() and time.monotonic() < end:
+        app.processEvents()
+        time.sleep(0.005)
+
+
+@extra_command
+def add_gui_command(sub: argparse._SubParsersAction) -> None:
+    """Register ``gui``."""
+    p = sub.add_parser("gui", help="open the editor (default: the bundled demo model)")
+    add_model_args(p, model_required=False)
+    p.add_argument("--target", metavar="T", help="hardware target: a bundled name or a YAML file")
+    p.add_argument("--calib", metavar="C", help="calibration data (.npz or a folder of images)")
+    p.add_argument("--screenshot", metavar="OUT.png", help="render the window to a PNG and exit")
+    p.set_defaults(func=cmd_gui)

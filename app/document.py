@@ -1,0 +1,487 @@
+"""The open document: one graph, its undo stack, its analysis, its files.
+
+The document is the only GUI object that talks to the graph: commands pushed here edit it,
+and after every edit (coalesced) it re-verifies and re-infers the graph and places it on the
+chosen target, publishing per-node statuses that the canvas paints. It also tracks the dirty
+state, saves ONNX and project files atomically and autosaves a recovery file shortly after
+the last change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, QPointF, QTimer, Signal
+from PySide6.QtGui import QUndoCommand, QUndoStack
+
+from app import placement
+from app.workers import Task, TaskControl, release_heap
+from engine import editing
+from engine import project as projects
+from engine.diagnostics import ERROR, Diagnostic
+from engine.ir.events import GraphEvent
+from engine.ir.graph import Graph
+from engine.ir.onnx_io import to_onnx
+from engine.ir.types import TensorType
+
+log = logging.getLogger(__name__)
+
+AUTOSAVE_DELAY_MS = 15_000  # recovery file written this long after the last change (< 1 minute)
+ANALYSIS_DELAY_MS = 60  # edits within this window are analysed once
+NODE_ERROR_CODES = {"shape-inference", "undefined-input", "use-def", "unsupported-op"}
+
+
+def _place_job(control: TaskControl, graph: Graph, target: Any, version: int) -> tuple[int, placement.PlacementOutcome]:
+    control.progress(0.1, "placing")
+    return version, placement.place_graph(graph, target)
+
+
+@dataclass
+class AnalysisResult:
+    """What the analysis worker found for one version of the graph (names are the keys)."""
+
+    version: int
+    types: dict[str, TensorType] | None  # output types by value name (None: not re-inferred)
+    diagnostics: list[Diagnostic]
+    placement: placement.PlacementOutcome
+    statuses: dict[str, placement.NodeStatus]
+
+
+def _analysis_job(control: TaskControl, clone: Graph, base: dict[str, TensorType], reinfer: bool, target: Any,
+                  version: int) -> AnalysisResult:
+    """Re-verify and re-infer a clone of the document's graph, place it and derive the node
+    statuses: everything the canvas shows after an edit, computed off the GUI thread."""
+    control.progress(0.1, "checking the graph")
+    types = None
+    if reinfer:
+        baseline = {}
+        for n in clone.nodes:
+            for v in n.outputs:
+                if v is not None and v.name in base:
+                    baseline[id(v)] = (v, base[v.name])
+        diagnostics = editing.reinfer(clone, baseline)
+        types = {v.name: v.type for n in clone.nodes for v in n.outputs if v is not None}
+    else:
+        diagnostics = list(getattr(clone, "diagnostics", []))
+    control.check()
+    outcome = placement.PlacementOutcome()
+    if target is not None and placement.placement_available():
+        control.progress(0.5, "placing")
+        outcome = placement.place_graph(clone, target)
+    return AnalysisResult(version, types, diagnostics, outcome,
+                          placement.statuses(clone, outcome, node_errors(diagnostics)))
+
+
+_TARGETS: dict[tuple[str, float], Any] = {}
+
+
+def resolve_target_cached(name: str | None) -> Any:
+    """``placement.resolve_target``, remembered: parsing a target's YAML costs tens of
+    milliseconds, and opening each model (on the GUI thread) asks for one. Targets are frozen
+    dataclasses, so documents can share them; a YAML file is read again when it changed."""
+    if not name:
+        return None
+    path = Path(name)
+    key = (name, path.stat().st_mtime if path.is_file() else 0.0)
+    target = _TARGETS.get(key)
+    if target is None:
+        target = placement.resolve_target(name)
+        if target is not None:
+            _TARGETS[key] = target
+    return target
+
+
+def node_errors(diagnostics: list[Diagnostic]) -> dict[str, list[str]]:
+    """The problems to mark on each node (by name), from verify and inference diagnostics."""
+    errors: dict[str, list[str]] = {}
+    for d in diagnostics:
+        if d.node and (d.code in NODE_ERROR_CODES or d.severity == ERROR):
+            errors.setdefault(d.node, []).append(d.message)
+    return errors
+
+
+class Document(QObject):
+    """See the module docstring."""
+
+    analysis_changed = Signal(object)  # names whose status changed, or None for all
+    dirty_changed = Signal(bool)
+    path_changed = Signal()
+    positions_requested = Signal(object)  # dict: layout key -> QPointF (MoveItemsCommand)
+    message = Signal(str)
+    autosaved = Signal(str)
+    graph_edited = Signal()
+
+    def __init__(self, graph: Graph, model_path: str | Path | None = None, *, sha256: str = "",
+                 project: projects.Project | None = None, project_path: str | Path | None = None,
+                 recovery_dir: str | Path | None = None, target: str | None = None, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.graph = graph
+        self.source_graph = graph  # provenance of fused nodes is looked up here
+        self.model_path = Path(model_path) if model_path else None
+        self.model_sha256 = sha256
+        self.path: Path | None = Path(project_path) if project_path else None
+        self.project = project or projects.Project(self.model_path or Path("model.onnx"), sha256)
+        self.target_name = target if target is not None else self.project.target
+        self.target: Any = None
+        self.recovery_dir = Path(recovery_dir) if recovery_dir else None
+        self.autosave_delay_ms = AUTOSAVE_DELAY_MS
+        self.statuses: dict[str, placement.NodeStatus] = {}
+        self.diagnostics: list[Diagnostic] = []
+        self.placement_diagnostics: list[Diagnostic] = []
+        self._placement = placement.PlacementOutcome()
+        self._baseline = editing.snapshot_types(graph)
+        base = project.base if project is not None else None
+        self._fingerprint = base if base is not None else projects.fingerprint(graph)
+        self._pending_pos: QPointF | None = None
+        self._command_error: BaseException | None = None
+        self._place_task: Task | None = None
+        self.undo_stack = QUndoStack(self)
+        self.undo_stack.cleanChanged.connect(self._on_clean_changed)
+        self._analysis_timer = QTimer(self)
+        self._analysis_timer.setSingleShot(True)
+        self._analysis_timer.setInterval(ANALYSIS_DELAY_MS)
+        self._analysis_timer.timeout.connect(self.request_analysis)
+        self._delayed_analysis = QTimer(self)
+        self._delayed_analysis.setSingleShot(True)
+        self._delayed_analysis.timeout.connect(lambda: self.request_analysis(self._delayed_reinfer))
+        self._delayed_reinfer = False
+        self._autosave_timer = QTimer(self)
+        self._autosave_timer.setSingleShot(True)
+        self._autosave_timer.timeout.connect(self.autosave)
+        self._unsubscribe = graph.events.subscribe(self._on_graph_event)
+        self._restored = False
+        if self.target_name:
+            self.set_target(self.target_name, analyze=False)
+
+    # -- editing ---------------------------------------------------------------------------
+    def push(self, command: QUndoCommand) -> None:
+        """Run a command through the undo stack (the only way the GUI edits the graph)."""
+        self.undo_stack.push(command)
+        self._raise_command_error()
+
+    def undo(self) -> None:
+        """Undo one step (menus and shortcuts come here)."""
+        self.undo_stack.undo()
+        self._raise_command_error()
+
+    def redo(self) -> None:
+        """Redo one step."""
+        self.undo_stack.redo()
+        self._raise_command_error()
+
+    def command_failed(self, command: QUndoCommand, exc: BaseException) -> None:
+        """A command's step raised inside QUndoStack (C++): keep the error to raise it after."""
+        log.error("%s failed: %s", command.text(), exc, exc_info=exc)
+        if self._command_error is None:
+            self._command_error = exc
+
+    def _raise_command_error(self) -> None:
+        exc, self._command_error = self._command_error, None
+        if exc is not None:
+            self.message.emit(f"edit failed: {exc}")
+            raise exc
+
+    def place_next_at(self, pos: QPointF | None) -> None:
+        """Where the canvas should draw the next node that appears (palette drops, paste)."""
+        self._pending_pos = pos
+
+    def take_pending_position(self) -> QPointF | None:
+        """The position set by place_next_at, once."""
+        pos, self._pending_pos = self._pending_pos, None
+        return pos
+
+    def _on_graph_event(self, ev: GraphEvent) -> None:
+        self._analysis_timer.start()
+        if self.recovery_dir is not None:
+            self._autosave_timer.start(self.autosave_delay_ms)
+        self.graph_edited.emit()
+
+    def _on_clean_changed(self, clean: bool) -> None:
+        if clean and not self._restored:
+            self._autosave_timer.stop()
+            self.discard_recovery()
+        self.dirty_changed.emit(not clean or self._restored)
+
+    @property
+    def is_dirty(self) -> bool:
+        """True when there are changes not saved to ``path``."""
+        return not self.undo_stack.isClean() or self._restored
+
+    def mark_restored(self) -> None:
+        """The graph came from a recovery file: it differs from every saved file."""
+        self._restored = True
+        self.dirty_changed.emit(True)
+
+    # -- analysis --------------------------------------------------------------------------
+    def set_target(self, name: str | None, analyze: bool = True) -> None:
+        """Choose the hardware target (bundled name or YAML path; None: no placement)."""
+        self.target_name = name or None
+        try:
+            self.target = resolve_target_cached(self.target_name)
+        except (ValueError, OSError) as exc:
+            self.target = None
+            self.message.emit(str(exc).splitlines()[0])
+        if analyze:
+            self.request_analysis()
+
+    def schedule_analysis(self) -> None:
+        """Analyse soon (edits in quick succession are analysed once)."""
+        self._analysis_timer.start()
+
+    def flush(self) -> None:
+        """Bring types and diagnostics up to date now (tests and saving use this): run a
+        pending analysis, or wait for the re-inference a worker is doing. Placement may
+        still be running afterwards (``wait_for_placement``)."""
+        if self._analysis_timer.isActive():
+            self.analyze()
+            return
+        task = self._place_task
+        if task is not None and task.fn is _analysis_job and task.args[2]:  # re-inferring
+            if task.done.wait(60) and isinstance(task.result, AnalysisResult):
+                self._on_analysis_done(task, task.result)
+            else:
+                self.analyze()
+
+    def request_analysis(self, reinfer: bool = True, delay_ms: int = 0) -> None:
+        """Re-verify, re-infer and place the graph in a worker; the statuses follow when it is
+        done (the GUI's path after edits: only a clone is made on the GUI thread).
+
+        ``reinfer=False`` trusts the loader's inference (the first analysis after opening);
+        ``delay_ms`` starts it later (``wait_for_placement`` and ``flush`` do not wait for that)."""
+        if delay_ms > 0:
+            self._delayed_reinfer = reinfer
+            self._delayed_analysis.start(delay_ms)
+            return
+        self._delayed_analysis.stop()
+        self._analysis_timer.stop()
+        if self._place_task is not None:
+            self._place_task.cancel()
+        t0 = time.perf_counter()
+        from engine.ir.clone import clone_graph
+
+        graph = self.graph
+        base: dict[str, TensorType] = {}
+        for n in graph.nodes:
+            for v in n.outputs:
+                if v is not None:
+                    entry = self._baseline.get(id(v))
+                    if entry is not None and entry[0] is v:
+                        base[v.name] = entry[1]
+        target = self.target if placement.placement_available() else None
+        task = Task(_analysis_job, clone_graph(graph), base, reinfer, target, graph.version, name="analysis")
+        log.debug("analysis of %d nodes: %.1f ms on the GUI thread", len(graph), 1000 * (time.perf_counter() - t0))
+        task.signals.finished.connect(lambda result, t=task: self._on_analysis_done(t, result))
+        task.signals.failed.connect(self.message)
+        self._place_task = task.start()
+
+    def _on_analysis_done(self, task: Task, result: AnalysisResult) -> None:
+        if task is not self._place_task or result.version != self.graph.version:
+            return  # superseded: a newer analysis is on its way
+        self._place_task = None
+        if result.types is not None:
+            types = result.types
+            for n in self.graph.nodes:
+                for v in n.outputs:
+                    if v is not None:
+                        t = types.get(v.name)
+                        if t is not None:
+                            v.type = t  # derived data: assigned directly, no events
+        self.diagnostics = result.diagnostics
+        self._placement = result.placement
+        self.placement_diagnostics = result.placement.diagnostics
+        self._set_statuses(result.statuses)
+
+    def analyze(self, reinfer: bool = True) -> None:
+        """Re-verify and re-infer the graph now; placement follows (in a worker with a target).
+
+        ``reinfer=False`` trusts the loader's inference (the first analysis after opening)."""
+        self._analysis_timer.stop()
+        self._delayed_analysis.stop()
+        t0 = time.perf_counter()
+        if reinfer:
+            self.diagnostics = editing.reinfer(self.graph, self._baseline)
+        else:
+            self.diagnostics = list(getattr(self.graph, "diagnostics", []))
+        log.debug("reinfer of %d nodes took %.1f ms", len(self.graph), 1000 * (time.perf_counter() - t0))
+        if self.target is not None and placement.placement_available():
+            self._start_placement()
+        else:
+            self._placement = placement.PlacementOutcome()
+            self.placement_diagnostics = []
+        self._publish()
+
+    def _start_placement(self) -> None:
+        from engine.ir.clone import clone_graph
+
+        if self._place_task is not None:
+            self._place_task.cancel()
+        task = Task(_place_job, clone_graph(self.graph), self.target, self.graph.version, name="placement")
+        task.signals.finished.connect(lambda result, t=task: self._on_placement_done(t, result))
+        task.signals.failed.connect(self.message)
+        self._place_task = task.start()
+
+    def _on_placement_done(self, task: Task, result: tuple[int, placement.PlacementOutcome]) -> None:
+        version, outcome = result
+        if task is not self._place_task or version != self.graph.version:
+            return  # superseded: a newer analysis is on its way
+        self._place_task = None
+        self._placement = outcome
+        self.placement_diagnostics = outcome.diagnostics
+        self._publish()
+
+    def wait_for_placement(self, timeout: float = 30.0) -> None:
+        """Block until a running placement finished (tests, screenshots, headless use)."""
+        from PySide6.QtCore import QCoreApplication
+
+        if self._delayed_analysis.isActive():
+            self.request_analysis(self._delayed_reinfer)
+        task = self._place_task
+        end = time.monotonic() + timeout
+        while task is not None and not task.done.is_set() and time.monotonic() < end:
+            task.done.wait(0.02)
+        QCoreApplication.processEvents()
+
+    def _publish(self) -> None:
+        self._set_statuses(placement.statuses(self.graph, self._placement, node_errors(self.diagnostics)))
+
+    def _set_statuses(self, new: dict[str, placement.NodeStatus]) -> None:
+        old = self.statuses
+        changed = {k for k, v in new.items() if old.get(k) != v} | (set(old) - set(new))
+        self.statuses = new
+        self.analysis_changed.emit(changed)
+
+    @property
+    def placement_ready(self) -> bool:
+        """True when placement ran for the current graph."""
+        return self._placement.available
+
+    def all_diagnostics(self) -> list[Diagnostic]:
+        """Verify and inference findings, then placement's."""
+        return [*self.diagnostics, *self.placement_diagnostics]
+
+    # -- files -----------------------------------------------------------------------------
+    def title(self) -> str:
+        """The name shown in the window title."""
+        p = self.path or self.model_path
+        return p.name if p is not None else "untitled"
+
+    def save(self, path: str | Path) -> None:
+        """Save as ONNX (``.onnx``) or as a project (anything else, ``.npuproj`` suggested)."""
+        path = Path(path)
+        if path.suffix.lower() == ".onnx":
+            self.save_onnx(path)
+        else:
+            self.save_project(path)
+
+    def save_onnx(self, path: str | Path) -> None:
+        """Write the edited model as ONNX (atomic); it becomes the document's model file."""
+        path = Path(path)
+        self.flush()
+        data = to_onnx(self.graph).SerializeToString()
+        projects.atomic_write(path, data)
+        self.model_path = path
+        self.model_sha256 = hashlib.sha256(data).hexdigest()
+        self.project.model_path = path
+        self.project.model_sha256 = self.model_sha256
+        self._fingerprint = projects.fingerprint(self.graph)
+        self._set_saved(path)
+
+    def project_doc(self) -> projects.Project:
+        """The project as it would be saved now (model path, edits, pins, target)."""
+        p = self.project
+        p.model_path = self.model_path or p.model_path
+        p.model_sha256 = self.model_sha256 or p.model_sha256
+        p.target = self.target_name
+        p.pins = {n.name: n.meta["pin"] for n in self.graph.nodes if n.meta.get("pin") in placement.DEVICES}
+        p.edits = projects.edits_since(self._fingerprint, self.graph)
+        return p
+
+    def save_project(self, path: str | Path) -> None:
+        """Write a project file (atomic) referring to the model file with the edits as a diff."""
+        path = Path(path)
+        if self.model_path is None:
+            raise ValueError("the document has no model file; save it as .onnx first")
+        projects.save_project(path, self.project_doc())
+        self._set_saved(path)
+
+    def _set_saved(self, path: Path) -> None:
+        self.path = path
+        self._restored = False
+        self.undo_stack.setClean()
+        self.discard_recovery()
+        self.dirty_changed.emit(False)
+        self.path_changed.emit()
+
+    # -- crash recovery --------------------------------------------------------------------
+    @property
+    def recovery_path(self) -> Path | None:
+        """Where this document autosaves (None when autosave is off)."""
+        if self.recovery_dir is None:
+            return None
+        key = str((self.path or self.model_path or Path("untitled")).resolve())
+        stem = (self.path or self.model_path or Path("untitled")).stem
+        return self.recovery_dir / f"{stem}-{hashlib.sha1(key.encode()).hexdigest()[:10]}{projects.SUFFIX}"
+
+    def autosave(self) -> Path | None:
+        """Write the recovery file now (when there are unsaved changes); returns its path."""
+        path = self.recovery_path
+        if path is None or not self.is_dirty or self.model_path is None:
+            return None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        proj = self.project_doc()
+        proj.extra = {**proj.extra, "recovery": {"document": str(self.path) if self.path else None,
+                                                 "saved_at": time.time()}}
+        try:
+            projects.save_project(path, proj)
+        except (ValueError, OSError) as exc:
+            self.message.emit(f"autosave failed: {exc}")
+            return None
+        finally:
+            proj.extra.pop("recovery", None)
+        self._autosaved_path = path
+        self.autosaved.emit(str(path))
+        return path
+
+    def discard_recovery(self) -> None:
+        """Remove this document's recovery file (after a save or a clean close)."""
+        path = self.recovery_path
+        if path is not None and path.exists():
+            try:
+                path.unlink()
+            except OSError:
+                log.warning("could not remove recovery file %s", path)
+
+    def close(self) -> None:
+        """Stop observing the graph; a clean document leaves no recovery file."""
+        self._delayed_analysis.stop()
+        self._autosave_timer.stop()
+        self._analysis_timer.stop()
+        self._unsubscribe()
+        release_heap()
+        if self._place_task is not None:
+            self._place_task.cancel()
+        if not self.is_dirty:
+            self.discard_recovery()
+
+
+def pending_recoveries(recovery_dir: str | Path) -> list[tuple[Path, dict[str, Any]]]:
+    """Recovery files left behind by a session that did not close cleanly (newest first)."""
+    folder = Path(recovery_dir)
+    if not folder.is_dir():
+        return []
+    out = []
+    for p in folder.glob(f"*{projects.SUFFIX}"):
+        try:
+            doc = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and isinstance(doc.get("recovery"), dict):
+            out.append((p, doc))
+    out.sort(key=lambda item: -float(item[1]["recovery"].get("saved_at") or 0))
+    return out

@@ -1,0 +1,117 @@
+"""The long jobs of the editor, run in worker threads (see app/workers.py): loading a model
+or project and laying it out, laying out again, and compiling (optimize + place).
+
+Each job gets its own graph (freshly loaded, or a clone) and returns plain results; the GUI
+thread installs them. Nothing here touches Qt widgets.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app import placement
+from app.canvas.layout import LayoutResult, layered_layout
+from app.canvas.snapshot import GraphSnapshot, take_snapshot
+from app.workers import TaskControl
+from engine import project as projects
+from engine.diagnostics import Diagnostic
+from engine.ir.graph import Graph
+
+
+@dataclass
+class LoadedModel:
+    """A model (or project) read and laid out, ready for the GUI thread to show."""
+
+    graph: Graph
+    model_path: Path
+    sha256: str
+    project: projects.Project | None
+    project_path: Path | None
+    snapshot: GraphSnapshot
+    layout: LayoutResult
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def load_job(control: TaskControl, path: str | Path, shapes: dict[str, tuple[int, ...]] | None = None) -> LoadedModel:
+    """Read ``path`` (.onnx or .npuproj), then lay it out."""
+    import time
+
+    import engine
+
+    t0 = time.perf_counter()
+    path = Path(path)
+    control.progress(0.02, f"reading {path.name}")
+    project = None
+    project_path = None
+    if path.suffix.lower() == projects.SUFFIX:
+        graph, project = projects.open_project(path)
+        model_path = project.model_path
+        project_path = path
+        recovery = project.extra.pop("recovery", None)  # never carried into a saved project
+        if recovery is not None:  # a crash-recovery file: its edits belong to the file then open
+            document = recovery.get("document") if isinstance(recovery, dict) else None
+            project_path = Path(document) if document else None
+    else:
+        graph = engine.load(path, shapes=shapes or None)
+        model_path = path
+    control.check()
+    sha = projects.sha256_of(model_path)
+    t1 = time.perf_counter()
+    control.progress(0.35, "laying out")
+    snapshot, result = layout_job(control, graph, (), base=0.35)
+    t2 = time.perf_counter()
+    return LoadedModel(graph, model_path, sha, project, project_path, snapshot, result,
+                       {"load": t1 - t0, "layout": t2 - t1})
+
+
+def layout_job(control: TaskControl, graph: Graph | GraphSnapshot, expanded=(), base: float = 0.0) -> tuple[GraphSnapshot, LayoutResult]:
+    """Lay out a graph (or a snapshot taken on the GUI thread)."""
+    snapshot = graph if isinstance(graph, GraphSnapshot) else take_snapshot(graph, expanded)
+    span = 1.0 - base
+    result = layered_layout(snapshot.data, progress=lambda f, t: control.progress(base + span * f, t),
+                            cancelled=control.cancelled)
+    return snapshot, result
+
+
+@dataclass
+class CompileOutcome:
+    """What Compile shows: the optimized graph, the pass trace, fusions and its placement."""
+
+    optimized: Graph | None
+    passes: list[dict[str, Any]]
+    fused: list[dict[str, Any]]
+    placement: placement.PlacementOutcome
+    diagnostics: list[Diagnostic]
+    summary: str
+
+
+def optimizer_available() -> bool:
+    """True when the engine's optimizer is importable."""
+    try:
+        importlib.import_module("engine.passes.pipeline")
+    except ImportError:
+        return False
+    return True
+
+
+def compile_job(control: TaskControl, graph: Graph, target: Any) -> CompileOutcome:
+    """Optimize a clone of the document's graph and place the result on ``target``."""
+    control.progress(0.05, "optimizing")
+    if not optimizer_available():
+        return CompileOutcome(None, [], [], placement.PlacementOutcome(), [], "the optimizer is not available")
+    from engine.passes.pipeline import optimize
+
+    res = optimize(graph, copy=False)
+    control.check()
+    control.progress(0.6, "placing")
+    placed = placement.place_graph(res.graph, target) if target is not None else placement.PlacementOutcome()
+    control.progress(0.95, "summarizing")
+    npu = sum(1 for d in placed.device.values() if d == "npu")
+    cpu = sum(1 for d in placed.device.values() if d == "cpu")
+    where = f"; {npu} ops on the NPU, {cpu} on the CPU" if placed.available else "; choose a target to place it"
+    summary = f"{res.nodes_before} → {res.nodes_after} nodes, {len(res.fused())} fused{where}"
+    return CompileOutcome(res.graph, [r.to_json() for r in res.trace], res.fused(), placed,
+                          list(res.diagnostics) + placed.diagnostics, summary)

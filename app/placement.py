@@ -1,0 +1,105 @@
+"""Adapter between the editor and the engine's placement: node -> (device, reason).
+
+Placement lives in ``engine.place`` and targets in ``engine.hw.target``; this module calls
+them when they are importable and a target is chosen, and otherwise reports every node as
+"unplaced" (pins are still shown). It never raises into the GUI: a placement failure becomes
+one diagnostic and "unplaced" colours.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.diagnostics import WARNING, Diagnostic
+from engine.ir.graph import Graph
+
+log = logging.getLogger(__name__)
+
+DEVICES = ("npu", "cpu")
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """What the canvas shows about one node: where it runs, why, and what is wrong with it."""
+
+    device: str = "unplaced"
+    reason: str = ""
+    pinned: bool = False
+    errors: tuple[str, ...] = ()
+
+
+@dataclass
+class PlacementOutcome:
+    """Devices and reasons by node name, plus diagnostics of the placement itself."""
+
+    device: dict[str, str] = field(default_factory=dict)
+    reason: dict[str, str] = field(default_factory=dict)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    available: bool = False
+
+
+def _optional(module: str, name: str) -> Any:
+    try:
+        mod = importlib.import_module(module)
+    except ImportError:
+        return None
+    return getattr(mod, name, None)
+
+
+def placement_available() -> bool:
+    """True when the engine can place graphs (engine.place and engine.hw are importable)."""
+    return _optional("engine.place.partition", "place") is not None and \
+        _optional("engine.hw.target", "resolve_target") is not None
+
+
+def list_targets() -> list[tuple[str, str]]:
+    """(name, description) of the bundled targets (empty before targets exist)."""
+    fn = _optional("engine.hw.target", "list_targets")
+    try:
+        return list(fn()) if fn is not None else []
+    except Exception:  # a broken target folder must not break the menu
+        log.exception("listing targets failed")
+        return []
+
+
+def resolve_target(name: str | None) -> Any:
+    """The HardwareTarget of a bundled name or a YAML path (raises the engine's InputError)."""
+    if not name:
+        return None
+    fn = _optional("engine.hw.target", "resolve_target")
+    if fn is None:
+        return None
+    return fn(name)
+
+
+def place_graph(graph: Graph, target: Any) -> PlacementOutcome:
+    """Place ``graph`` on ``target`` (a HardwareTarget or None). Pins come from node.meta."""
+    place = _optional("engine.place.partition", "place")
+    if place is None or target is None:
+        return PlacementOutcome()
+    try:
+        result = place(graph, target)
+    except Exception as exc:  # an edited graph may be anything; show why instead of crashing
+        log.debug("placement failed", exc_info=True)
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return PlacementOutcome(diagnostics=[Diagnostic(WARNING, None, "placement-failed",
+                                                        f"placement failed: {msg}")])
+    return PlacementOutcome(dict(result.device), dict(result.reason), list(result.diagnostics), True)
+
+
+def statuses(graph: Graph, outcome: PlacementOutcome, errors: dict[str, list[str]]) -> dict[str, NodeStatus]:
+    """NodeStatus of every node of ``graph``."""
+    out: dict[str, NodeStatus] = {}
+    for n in graph.nodes:
+        pin = n.meta.get("pin")
+        dev = outcome.device.get(n.name)
+        if dev is None:
+            dev = pin if pin in DEVICES else "unplaced"
+            reason = "pinned by the user" if pin in DEVICES else ""
+        else:
+            reason = outcome.reason.get(n.name, "")
+        out[n.name] = NodeStatus(dev, reason, pin in DEVICES, tuple(errors.get(n.name, ())))
+    return out

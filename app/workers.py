@@ -1,0 +1,169 @@
+"""Background work with progress and cancel: the GUI thread never waits for long jobs.
+
+A ``Task`` runs a plain function in Qt's thread pool. The function receives a ``TaskControl``
+to report progress (throttled) and to poll for cancellation; results, errors and progress
+arrive on the GUI thread as signals. Functions must not touch Qt widgets or a graph that the
+GUI is editing (give them a clone or a snapshot).
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
+
+from engine.errors import ExecutionError, InputError, ModelError
+
+log = logging.getLogger(__name__)
+_EXPECTED = (ModelError, InputError, ExecutionError, ValueError, OSError)
+# Workers share the GIL with the GUI thread. Python hands the GIL over only every "switch
+# interval" (5 ms by default), and PySide releases it around most Qt calls, so a GUI thread
+# painting many items can wait 5 ms per call while a worker computes. 1 ms keeps the GUI
+# responsive at a small cost in worker throughput.
+GUI_SWITCH_INTERVAL = 0.001
+sys.setswitchinterval(min(sys.getswitchinterval(), GUI_SWITCH_INTERVAL))
+
+
+WORKER_NICENESS = int(os.environ.get("NPU_STUDIO_WORKER_NICE", "5"))
+
+
+def _lower_priority() -> None:
+    """Make the calling worker thread yield the CPU to the GUI thread when cores are busy.
+
+    On Linux a thread has its own nice value; a worker a few steps nicer than the GUI thread
+    still gets whatever CPU is idle, but when every core is taken (a compile on one, another
+    program on the other) the scheduler runs the GUI thread first. Elsewhere: no-op."""
+    if sys.platform.startswith("linux") and hasattr(os, "setpriority") and WORKER_NICENESS > 0:
+        try:
+            tid = threading.get_native_id()
+            if os.getpriority(os.PRIO_PROCESS, tid) < WORKER_NICENESS:
+                os.setpriority(os.PRIO_PROCESS, tid, WORKER_NICENESS)
+        except OSError:
+            pass
+
+
+def settle_heap() -> None:
+    """A document is on screen: move every object alive now out of the cyclic GC's reach.
+
+    A full (generation 2) collection visits every tracked object, and an open model is
+    hundreds of thousands of them (nodes, values, items, wrappers): left in place, each such
+    collection stalls the GUI thread for 0.1-1 s at a random moment. Frozen, they are not
+    visited until ``release_heap``."""
+    gc.freeze()
+
+
+def release_heap() -> None:
+    """A document closed: its objects (and everything else frozen) become collectable again."""
+    gc.unfreeze()
+
+
+class Cancelled(Exception):
+    """Raised inside a task when it was asked to stop."""
+
+
+class TaskControl:
+    """Handed to a task function: report progress, check for cancellation."""
+
+    def __init__(self, signals: TaskSignals) -> None:
+        self._signals = signals
+        self._cancel = threading.Event()
+        self._last = 0.0
+
+    def progress(self, fraction: float, text: str = "") -> None:
+        """Report progress in [0, 1] (sent at most every 50 ms, and always at 1)."""
+        now = time.monotonic()
+        if fraction >= 1.0 or now - self._last >= 0.05:
+            self._last = now
+            self._signals.progress.emit(float(fraction), text)
+
+    def cancel(self) -> None:
+        """Ask the task to stop at its next check."""
+        self._cancel.set()
+
+    def cancelled(self) -> bool:
+        """True once cancel() was called."""
+        return self._cancel.is_set()
+
+    def check(self) -> None:
+        """Raise Cancelled when cancel() was called."""
+        if self._cancel.is_set():
+            raise Cancelled()
+
+
+class TaskSignals(QObject):
+    """Signals of one task (emitted from the worker thread, delivered on the GUI thread)."""
+
+    progress = Signal(float, str)
+    finished = Signal(object)
+    failed = Signal(str)
+    cancelled = Signal()
+
+
+class Task(QRunnable):
+    """Run ``fn(control, *args)`` in the thread pool; see the module docstring."""
+
+    _running: set[Task] = set()
+
+    def __init__(self, fn: Callable[..., Any], *args: Any, name: str = "task") -> None:
+        super().__init__()
+        self.setAutoDelete(False)
+        self.fn = fn
+        self.args = args
+        self.name = name
+        self.signals = TaskSignals()
+        self.control = TaskControl(self.signals)
+        self.done = threading.Event()
+        self.result: Any = None  # set before ``finished`` is emitted (and ``done`` is set)
+
+    def run(self) -> None:
+        _lower_priority()
+        try:
+            result = self.fn(self.control, *self.args)
+            self.result = result
+        except Cancelled:
+            self.signals.cancelled.emit()
+        except _EXPECTED as exc:
+            self.signals.failed.emit(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        except Exception as exc:  # report, never kill the GUI
+            log.error("%s failed:\n%s", self.name, traceback.format_exc())
+            self.signals.failed.emit(f"internal error in {self.name}: {type(exc).__name__}: {exc}")
+        else:
+            if self.control.cancelled():
+                self.signals.cancelled.emit()
+            else:
+                self.signals.finished.emit(result)
+        finally:
+            self.done.set()
+            Task._running.discard(self)
+
+    def start(self) -> Task:
+        """Queue the task in the global thread pool; returns self."""
+        Task._running.add(self)  # keep alive until run() ends
+        QThreadPool.globalInstance().start(self)
+        return self
+
+    def cancel(self) -> None:
+        """Ask the task to stop."""
+        self.control.cancel()
+
+
+def run_task(fn: Callable[..., Any], *args: Any, name: str = "task",
+             on_done: Callable[[Any], None] | None = None, on_error: Callable[[str], None] | None = None,
+             on_progress: Callable[[float, str], None] | None = None) -> Task:
+    """Create, connect and start a Task in one call."""
+    task = Task(fn, *args, name=name)
+    if on_done is not None:
+        task.signals.finished.connect(on_done)
+    if on_error is not None:
+        task.signals.failed.connect(on_error)
+    if on_progress is not None:
+        task.signals.progress.connect(on_progress)
+    return task.start()
