@@ -374,7 +374,7 @@ def _freeze_startup_heap() -> None:
     _FROZEN = True
     import importlib
 
-    for mod in ("engine.compile", "engine.passes.pipeline", "engine.quant.api", "engine.quant.mixed",
+    for mod in ("engine.compiler", "engine.passes.pipeline", "engine.quant.api", "engine.quant.mixed",
                 "engine.sim.timeline", "engine.sim.thermal", "engine.sim.stream", "engine.sim.executor",
                 "engine.export.artifacts", "engine.export.report"):
         importlib.import_module(mod)

@@ -1,5 +1,5 @@
 """The analysis work that runs in worker threads (see app/workers.py): the live compile
-(optimize -> quantize -> place -> simulate, the stages of ``engine.compile.compile_model``, with
+(optimize -> quantize -> place -> simulate, the stages of ``engine.compiler.compile_model``, with
 caches so an undo or a quantization-only change does not redo what is known), re-simulation
 for hardware and placement what-ifs, slider sweeps, sustained (thermal and stream) runs, the
 tensor values behind the inspector's histograms and the mixed-precision candidates.
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from app.workers import Cancelled, TaskControl
-from engine.compile import (
+from engine.compiler import (
     INTEGER_PRECISIONS,
     CompileOptions,
     CompileResult,
@@ -177,7 +177,7 @@ class AnalysisCache:
 
             value = (load_calibration(settings.calibration, graph, settings.preprocess), False)
         else:
-            from engine.compile import synthetic_calibration
+            from engine.compiler import synthetic_calibration
 
             value = (synthetic_calibration(graph, CompileOptions().synthetic_samples), True)
         with self._lock:

@@ -2,14 +2,13 @@
 ``npu-studio`` (the editor on the bundled demo model).
 
 Without a display the command says so in one line and does the headless thing instead:
-compile the model when the engine can (``engine.compile``), else print the inspect summary.
+compile the model headless for the default target and print the summary and the report path.
 ``--screenshot`` renders the main window offscreen (QT_QPA_PLATFORM=offscreen works) to a PNG.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
 import sys
@@ -22,6 +21,8 @@ from engine.errors import InputError, ModelError
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_MODEL = ROOT / "assets" / "models" / "mobilenet_demo.onnx"
+DEMO_CALIB = ROOT / "assets" / "data" / "mobilenet_calib.npz"
+DEFAULT_TARGET = "phone-npu"
 log = logging.getLogger(__name__)
 
 
@@ -45,32 +46,17 @@ def _model_path(args: argparse.Namespace) -> Path:
 
 
 def _headless(args: argparse.Namespace, out: Out, model: Path) -> int:
-    import engine
+    """No display: compile the model for the target (default phone-npu) into a temporary folder and
+    print the summary and the report's path. The bundled demo uses its bundled calibration set."""
+    from engine.cli import main as cli_main
 
-    compile_fn = getattr(engine, "compile", None)
-    if compile_fn is None:
-        try:
-            compile_fn = getattr(importlib.import_module("engine.export.cli"), "run_compile", None)
-        except ImportError:
-            compile_fn = None
-    if compile_fn is not None:
-        from engine.cli import main as cli_main
-
-        outdir = Path(tempfile.mkdtemp(prefix="npu-studio-"))
-        argv = ["compile", str(model), "-o", str(outdir / "bundle")]
-        if args.target:
-            argv += ["--target", args.target]
-        if args.calib:
-            argv += ["--calib", args.calib]
-        else:
-            argv += ["--allow-synthetic-calibration"]
-        for s in args.shape or []:
-            argv += ["--shape", s]
-        return cli_main(argv, out)
-    from engine.inspect import format_summary, summarize
-
-    out.line(format_summary(summarize(engine.load(model, shapes=_shapes(args)))))
-    return EXIT_OK
+    outdir = Path(tempfile.mkdtemp(prefix="npu-studio-")) / model.stem
+    argv = ["compile", str(model), "-o", str(outdir), "--target", args.target or DEFAULT_TARGET]
+    calib = args.calib or (str(DEMO_CALIB) if model.resolve() == DEMO_MODEL.resolve() else None)
+    argv += ["--calib", calib] if calib else ["--allow-synthetic-calibration"]
+    for s in args.shape or []:
+        argv += ["--shape", s]
+    return cli_main(argv, out)
 
 
 def cmd_gui(args: argparse.Namespace, out: Out) -> int:
@@ -81,8 +67,7 @@ def cmd_gui(args: argparse.Namespace, out: Out) -> int:
     if args.screenshot:
         return screenshot(model, Path(args.screenshot), args.target, _shapes(args), out, calib=args.calib)
     if not has_display():
-        out.info("no display: cannot open the editor here; " + (
-            "compiling headless instead" if hasattr(__import__("engine"), "compile") else "showing the model summary instead"))
+        out.info("no display: cannot open the editor here; compiling headless instead")
         return _headless(args, out, model)
     from PySide6.QtWidgets import QApplication
 

@@ -1,7 +1,7 @@
 """File -> Export compiled...: the bundle ``npu-studio compile`` writes, for the document's graph
 and the analysis settings (target, calibration, quantization, passes, pins).
 
-The export runs the engine's own compile driver (``engine.compile.compile_model``) and bundle
+The export runs the engine's own compile driver (``engine.compiler.compile_model``) and bundle
 writer (``engine.export.artifacts.write_bundle``) in a worker, with progress and cancel, so the
 files and their manifest hashes are exactly those of the command line with the same settings.
 When it is done it offers to open the report."""
@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 def export_job(control: TaskControl, graph: Any, target: Any, calibration: str | None, preprocess: Any,
                options: Any, outdir: str, force: bool) -> dict[str, Any]:
     """Compile ``graph`` as the CLI does and write the bundle; returns the file hashes."""
-    from engine.compile import compile_model
+    from engine.compiler import compile_model
     from engine.export.artifacts import check_outdir, write_bundle
     from engine.quant.calibrate import Cancelled as EngineCancelled
     from engine.quant.data import load_calibration

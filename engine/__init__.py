@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from engine.passes.pipeline import OptimizeOptions, OptimizeResult
     from engine.sim.timeline import SimOptions, SimResult
 
-__all__ = ["ExecutionError", "Graph", "InputError", "ModelError", "execute", "load", "supported_ops"]
+__all__ = ["ExecutionError", "Graph", "InputError", "ModelError", "compile", "execute", "load", "optimize", "quantize",
+           "simulate", "supported_ops"]
 __version__ = "0.1.0"
 
 _executors: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -83,3 +84,25 @@ def simulate(graph: Graph, target: HardwareTarget | str, options: SimOptions | N
     from engine.sim.timeline import simulate as _simulate
 
     return _simulate(graph, target, options)
+
+
+def quantize(graph: Graph, calibration, config=None, analysis_samples: int = 16):
+    """Calibrate on ``calibration`` (a CalibrationSet, or a path: .npz / image or .npy folder), build
+    the QDQ model and measure its error per layer; returns a QuantResult (engine.quant.api)."""
+    from engine.quant.api import quantize as _quantize
+    from engine.quant.data import CalibrationSet, load_calibration
+
+    data = calibration if isinstance(calibration, CalibrationSet) else load_calibration(calibration, graph)
+    return _quantize(graph, data, config, analysis_samples=analysis_samples)
+
+
+def compile(graph: Graph, target, calibration=None, options=None, progress=None):
+    """optimize -> quantize (integer targets) -> place -> simulate; returns a CompileResult whose
+    bundle ``engine.export.artifacts.write_bundle(result, outdir)`` writes. ``calibration`` is a
+    CalibrationSet or a path; ``target`` a HardwareTarget, bundled name or YAML path."""
+    from engine.compiler import compile_model
+    from engine.quant.data import CalibrationSet, load_calibration
+
+    if calibration is not None and not isinstance(calibration, CalibrationSet):
+        calibration = load_calibration(calibration, graph)
+    return compile_model(graph, target, calibration, options, progress=progress)

@@ -18,7 +18,7 @@ from typing import Any
 import onnx
 import yaml
 
-from engine.compile import CompileResult
+from engine.compiler import CompileResult
 from engine.errors import InputError
 from engine.ir.onnx_io import to_onnx
 

@@ -23,7 +23,7 @@ def _pins(items: list[str] | None) -> dict[str, str]:
 
 def options_from_args(args: argparse.Namespace):
     """CompileOptions from the parsed command line."""
-    from engine.compile import CompileOptions
+    from engine.compiler import CompileOptions
     from engine.quant.config import QuantConfig
 
     quant = QuantConfig(method=args.method, per_channel=args.per_channel, symmetric=args.symmetric,
@@ -57,7 +57,7 @@ _DEFAULTS = {"method": "percentile", "dtype": "int8", "percentile": 99.99}
 
 def cmd_compile(args: argparse.Namespace, out: Out) -> int:
     """Compile and write the bundle."""
-    from engine.compile import compile_model
+    from engine.compiler import compile_model
     from engine.export.artifacts import check_outdir, write_bundle
 
     outdir = Path(args.output)

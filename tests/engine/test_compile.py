@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 import engine
-from engine.compile import CompileOptions, compile_model
+from engine.compiler import CompileOptions, compile_model
 from engine.export.artifacts import BUNDLE_FILES, write_bundle
 from engine.hw.target import bundled_targets
 from engine.quant.config import QuantConfig
@@ -188,3 +188,14 @@ def test_cli_compile_refuses_bad_project_files(tmp_path, content, message):
     assert message in err
     assert err.count("\n") == 1
     assert not (tmp_path / "b").exists()
+
+
+def test_python_facade_compiles_and_quantizes():
+    g = engine.load(demo_model("digits_cnn"))
+    calib = ASSETS / "data" / "digits_calib.npz"
+    result = engine.compile(g, "phone-npu", calibration=calib,
+                            options=CompileOptions(analysis_samples=2))
+    assert result.quantized
+    assert result.sim.latency_us > 0
+    q = engine.quantize(g, calib, analysis_samples=2)
+    assert q.report()["samples"] == 200
