@@ -119,7 +119,8 @@ class Document(QObject):
 
     def __init__(self, graph: Graph, model_path: str | Path | None = None, *, sha256: str = "",
                  project: projects.Project | None = None, project_path: str | Path | None = None,
-                 recovery_dir: str | Path | None = None, target: str | None = None, parent: QObject | None = None) -> None:
+                 recovery_dir: str | Path | None = None, target: str | None = None, parent: QObject | None = None,
+                 fingerprint: Any = None) -> None:
         super().__init__(parent)
         self.graph = graph
         self.source_graph = graph  # provenance of fused nodes is looked up here
@@ -137,7 +138,9 @@ class Document(QObject):
         self._placement = placement.PlacementOutcome()
         self._baseline = editing.snapshot_types(graph)
         base = project.base if project is not None else None
-        self._fingerprint = base if base is not None else projects.fingerprint(graph)
+        if base is None:  # the loader may have taken it already, off the GUI thread
+            base = fingerprint if fingerprint is not None else projects.fingerprint(graph)
+        self._fingerprint = base
         self._pending_pos: QPointF | None = None
         self._command_error: BaseException | None = None
         self._place_task: Task | None = None
@@ -197,6 +200,7 @@ class Document(QObject):
         return pos
 
     def _on_graph_event(self, ev: GraphEvent) -> None:
+        self._delayed_analysis.stop()  # the edit's own analysis (re-inferring) replaces it
         self._analysis_timer.start()
         if self.recovery_dir is not None:
             self._autosave_timer.start(self.autosave_delay_ms)
@@ -259,6 +263,7 @@ class Document(QObject):
             self._delayed_analysis.start(delay_ms)
             return
         self._delayed_analysis.stop()
+        reinfer = reinfer or self._analysis_timer.isActive()  # an edit is waiting to be analysed
         self._analysis_timer.stop()
         if self._place_task is not None:
             self._place_task.cancel()
@@ -284,18 +289,20 @@ class Document(QObject):
         if task is not self._place_task or result.version != self.graph.version:
             return  # superseded: a newer analysis is on its way
         self._place_task = None
+        reshaped: set[str] = set()  # nodes whose output types changed: their items repaint too
         if result.types is not None:
             types = result.types
             for n in self.graph.nodes:
                 for v in n.outputs:
                     if v is not None:
                         t = types.get(v.name)
-                        if t is not None:
+                        if t is not None and t != v.type:
                             v.type = t  # derived data: assigned directly, no events
+                            reshaped.add(n.name)
         self.diagnostics = result.diagnostics
         self._placement = result.placement
         self.placement_diagnostics = result.placement.diagnostics
-        self._set_statuses(result.statuses)
+        self._set_statuses(result.statuses, reshaped)
 
     def analyze(self, reinfer: bool = True) -> None:
         """Re-verify and re-infer the graph now; placement follows (in a worker with a target).
@@ -314,7 +321,7 @@ class Document(QObject):
         else:
             self._placement = placement.PlacementOutcome()
             self.placement_diagnostics = []
-        self._publish()
+        self._publish(everything=reinfer)
 
     def _start_placement(self) -> None:
         from engine.ir.clone import clone_graph
@@ -347,14 +354,18 @@ class Document(QObject):
             task.done.wait(0.02)
         QCoreApplication.processEvents()
 
-    def _publish(self) -> None:
-        self._set_statuses(placement.statuses(self.graph, self._placement, node_errors(self.diagnostics)))
+    def _publish(self, everything: bool = False) -> None:
+        self._set_statuses(placement.statuses(self.graph, self._placement, node_errors(self.diagnostics)),
+                           everything=everything)
 
-    def _set_statuses(self, new: dict[str, placement.NodeStatus]) -> None:
+    def _set_statuses(self, new: dict[str, placement.NodeStatus], also: set[str] = frozenset(),  # type: ignore[assignment]
+                      everything: bool = False) -> None:
+        """Publish statuses; listeners hear which names changed (``also`` adds nodes whose
+        shapes changed) or None when anything may have (types re-inferred in place)."""
         old = self.statuses
-        changed = {k for k, v in new.items() if old.get(k) != v} | (set(old) - set(new))
+        changed = {k for k, v in new.items() if old.get(k) != v} | (set(old) - set(new)) | set(also)
         self.statuses = new
-        self.analysis_changed.emit(changed)
+        self.analysis_changed.emit(None if everything else changed)
 
     @property
     def placement_ready(self) -> bool:

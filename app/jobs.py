@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from app import placement
+from app.canvas.edge_item import edge_paths
 from app.canvas.layout import LayoutResult, layered_layout
 from app.canvas.snapshot import GraphSnapshot, take_snapshot
-from app.workers import TaskControl
+from app.workers import TaskControl, hold_gc, release_gc, settle_heap
 from engine import project as projects
 from engine.diagnostics import Diagnostic
 from engine.ir.graph import Graph
@@ -33,16 +34,25 @@ class LoadedModel:
     snapshot: GraphSnapshot
     layout: LayoutResult
     seconds: dict[str, float] = field(default_factory=dict)
+    fingerprint: Any = None  # of the graph as read (projects.fingerprint), taken here off the GUI thread
 
 
 def load_job(control: TaskControl, path: str | Path, shapes: dict[str, tuple[int, ...]] | None = None) -> LoadedModel:
     """Read ``path`` (.onnx or .npuproj), then lay it out."""
+    hold_gc()
+    try:
+        return _load(control, Path(path), shapes)
+    finally:
+        settle_heap()  # the new graph is not visited by later collections (workers.settle_heap)
+        release_gc()
+
+
+def _load(control: TaskControl, path: Path, shapes: dict[str, tuple[int, ...]] | None) -> LoadedModel:
     import time
 
     import engine
 
     t0 = time.perf_counter()
-    path = Path(path)
     control.progress(0.02, f"reading {path.name}")
     project = None
     project_path = None
@@ -59,20 +69,24 @@ def load_job(control: TaskControl, path: str | Path, shapes: dict[str, tuple[int
         model_path = path
     control.check()
     sha = projects.sha256_of(model_path)
+    base = project.base if project is not None and project.base is not None else projects.fingerprint(graph)
     t1 = time.perf_counter()
     control.progress(0.35, "laying out")
     snapshot, result = layout_job(control, graph, (), base=0.35)
     t2 = time.perf_counter()
     return LoadedModel(graph, model_path, sha, project, project_path, snapshot, result,
-                       {"load": t1 - t0, "layout": t2 - t1})
+                       {"load": t1 - t0, "layout": t2 - t1}, base)
 
 
 def layout_job(control: TaskControl, graph: Graph | GraphSnapshot, expanded=(), base: float = 0.0) -> tuple[GraphSnapshot, LayoutResult]:
     """Lay out a graph (or a snapshot taken on the GUI thread)."""
     snapshot = graph if isinstance(graph, GraphSnapshot) else take_snapshot(graph, expanded)
     span = 1.0 - base
-    result = layered_layout(snapshot.data, progress=lambda f, t: control.progress(base + span * f, t),
+    result = layered_layout(snapshot.data, progress=lambda f, t: control.progress(base + span * 0.9 * f, t),
                             cancelled=control.cancelled)
+    control.check()
+    control.progress(base + span * 0.95, "drawing edges")
+    snapshot.paths = edge_paths(snapshot, result)
     return snapshot, result
 
 

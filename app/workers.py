@@ -50,6 +50,29 @@ def _lower_priority() -> None:
             pass
 
 
+_gc_lock = threading.Lock()
+_gc_holds = 0
+
+
+def hold_gc() -> None:
+    """Pause automatic cyclic collections while a model is read and its items are made: each
+    full collection would visit the growing graph again (a GIL-holding pause that grows with
+    the model). Pair with ``release_gc``; nested holds are counted."""
+    global _gc_holds
+    with _gc_lock:
+        _gc_holds += 1
+        gc.disable()
+
+
+def release_gc() -> None:
+    """End a ``hold_gc``; collections resume when no hold is left."""
+    global _gc_holds
+    with _gc_lock:
+        _gc_holds = max(0, _gc_holds - 1)
+        if _gc_holds == 0:
+            gc.enable()
+
+
 def settle_heap() -> None:
     """A document is on screen: move every object alive now out of the cyclic GC's reach.
 

@@ -5,6 +5,7 @@ through the bend points the layout chose; hovering shows the tensor's name, shap
 from __future__ import annotations
 
 import itertools
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QBrush, QPainter, QPainterPath, QPainterPathStroker, QPen
@@ -12,6 +13,34 @@ from PySide6.QtWidgets import QGraphicsItem, QGraphicsSimpleTextItem, QStyleOpti
 
 from app import style
 from app.canvas.node_item import value_label
+
+if TYPE_CHECKING:
+    from app.canvas.layout import LayoutResult
+    from app.canvas.snapshot import GraphSnapshot
+
+
+def _box_size(key: Any) -> tuple[float, float]:
+    return (style.IO_WIDTH, style.IO_HEIGHT) if isinstance(key, tuple) else (style.NODE_WIDTH, style.NODE_HEIGHT)
+
+
+def edge_paths(snapshot: GraphSnapshot, result: LayoutResult) -> dict[tuple[Any, int], tuple[QPainterPath, QRectF]]:
+    """The curve (and its bounding rectangle) of every edge of a laid-out snapshot, by input
+    slot: what ``EdgeItem.refresh`` would compute from the items, computed here from the
+    layout so a worker thread can do it (QPainterPath is usable off the GUI thread)."""
+    keys, positions, offsets, routes = snapshot.keys, result.positions, snapshot.offsets, result.routes
+    ports = snapshot.data.ports or [(0.0, 0.0)] * len(snapshot.data.edges)
+    out: dict[tuple[Any, int], tuple[QPainterPath, QRectF]] = {}
+    for j, (u, v) in enumerate(snapshot.data.edges):
+        ku, kv = keys[u], keys[v]
+        (wu, hu), (wv, _hv) = _box_size(ku), _box_size(kv)
+        dxu, dyu = offsets.get(ku, (0.0, 0.0))
+        dxv, dyv = offsets.get(kv, (0.0, 0.0))
+        out_dx, in_dx = ports[j]
+        a = QPointF(positions[u][0] + dxu + wu / 2 + out_dx, positions[u][1] + dyu + hu)
+        b = QPointF(positions[v][0] + dxv + wv / 2 + in_dx, positions[v][1] + dyv)
+        path = smooth_path([a, *(QPointF(x, y) for x, y in routes.get((u, v), ())), b])
+        out[snapshot.slots[j]] = (path, path.controlPointRect().adjusted(-6, -6, 6, 6))
+    return out
 
 
 def smooth_path(points: list[QPointF]) -> QPainterPath:
@@ -27,7 +56,8 @@ class EdgeItem(QGraphicsItem):
     """One input slot's connection: ``source`` output ``out_index`` -> ``target`` input ``in_index``."""
 
     def __init__(self, source: QGraphicsItem, out_index: int, target: QGraphicsItem, in_index: int,
-                 route: list[tuple[float, float]] | None = None) -> None:
+                 route: list[tuple[float, float]] | None = None,
+                 path: tuple[QPainterPath, QRectF] | None = None) -> None:
         super().__init__()
         self.source = source
         self.out_index = out_index
@@ -40,8 +70,10 @@ class EdgeItem(QGraphicsItem):
         self._shape: QPainterPath | None = None
         self.setAcceptHoverEvents(True)
         self.setFlag(QGraphicsItem.GraphicsItemFlag.ItemIsSelectable)
-        self.setZValue(0)
-        self.refresh()
+        if path is not None:  # computed by the layout worker (edge_paths)
+            self._path, self._bounds = path
+        else:
+            self.refresh()
 
     def value(self):
         """The IR value this edge carries (read from the target, never stored)."""

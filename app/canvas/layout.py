@@ -31,7 +31,7 @@ LAYER_GAP = 46.0  # vertical space between layer rows (room for edges and labels
 NODE_GAP = 28.0  # horizontal space between neighbouring nodes
 DUMMY_WIDTH = 14.0  # horizontal room of a long edge passing through a layer
 SWEEPS = 6  # barycenter sweep pairs (down + up)
-LARGE = 20000  # above this many nodes + dummies, fewer sweeps (each sweep is linear anyway)
+LARGE = 10000  # above this many nodes + dummies, fewer sweeps (each sweep is linear anyway)
 EXACT_CROSSINGS_LIMIT = 20000  # count crossings exactly below this many nodes + dummies
 
 
@@ -419,6 +419,16 @@ class _LayerGraph:
             x[row[0]] = desired[0]
             return
         width = self.width
+        if len(row) == 2:  # the common case in long chains (a node and a passing edge): closed form
+            a, b = row
+            gap = (width[a] + width[b]) / 2 + (NODE_GAP if a < n_real or b < n_real else 4.0)
+            (da, db), (wa, wb) = desired, weights
+            if db - da >= gap:
+                x[a], x[b] = da, db
+            else:
+                y = (wa * da + wb * (db - gap)) / (wa + wb)
+                x[a], x[b] = y, y + gap
+            return
         gaps = [(width[a] + width[b]) / 2 + (NODE_GAP if a < n_real or b < n_real else 4.0)
                 for a, b in itertools.pairwise(row)]
         for v, xv in zip(row, _pava(desired, weights, gaps)):

@@ -31,6 +31,7 @@ from app.canvas.overview_item import OverviewItem
 from app.canvas.port_item import PortItem
 from app.canvas.snapshot import GraphSnapshot
 from app.placement import NodeStatus
+from app.workers import hold_gc, release_gc
 from engine.ir.events import (
     EdgeChanged,
     GraphEvent,
@@ -106,7 +107,7 @@ class GraphScene(QGraphicsScene):
         return self.doc.statuses.get(node.name, _UNPLACED)
 
     def _on_analysis_changed(self, names: object) -> None:
-        if not names or len(names) > 64:  # type: ignore[arg-type]
+        if names is None or len(names) > 64:  # type: ignore[arg-type]
             # Many items (the first placement colours all): repaint what the views show
             # instead of marking every item dirty (the scene would then ask each one for
             # its bounding rectangle).
@@ -120,7 +121,7 @@ class GraphScene(QGraphicsScene):
     # -- building ----------------------------------------------------------------------------
     def populate(self, snapshot: GraphSnapshot, result: LayoutResult, chunked: bool = True) -> None:
         """Create every item at its laid-out position; in time slices unless ``chunked`` is False."""
-        self._populating = self._populate_steps(snapshot, result)
+        self._populating = self._guarded(self._populate_steps(snapshot, result))
         if not chunked:
             for _ in self._populating:
                 pass
@@ -164,18 +165,30 @@ class GraphScene(QGraphicsScene):
                     self.populate_progress.emit(0.5 * i / max(total, 1), "drawing nodes")
                 yield
         routes = {(snapshot.keys[u], snapshot.keys[v]): pts for (u, v), pts in result.routes.items()}
+        paths = snapshot.paths or {}
         for k, item in enumerate(list(self.node_items.values())):
             for idx in range(len(item.node.inputs)):
-                self._set_edge(item, idx, routes)
+                self._set_edge(item, idx, routes, paths)
             if k % 20 == 0:
                 if k % 200 == 0:
                     self.populate_progress.emit(0.5 + 0.5 * k / max(len(self.node_items), 1), "drawing edges")
                 yield
         for k in self.output_items:
-            self._set_output_edge(k, routes)
+            self._set_output_edge(k, routes, paths)
+        self._bounds = QRectF(0.0, 0.0, result.width, result.height)  # where the layout put them
         yield  # what listens to "populated" (framing, analysis, panels) gets a slice of its own
         self.populate_progress.emit(1.0, "done")
         self.populated.emit()
+
+    @staticmethod
+    def _guarded(steps: Iterator[None]) -> Iterator[None]:
+        # No cyclic collections while tens of thousands of items appear (see workers.hold_gc);
+        # the generator's finally also runs when an unfinished populate is dropped.
+        hold_gc()
+        try:
+            yield from steps
+        finally:
+            release_gc()
 
     @property
     def is_populating(self) -> bool:
@@ -290,15 +303,15 @@ class GraphScene(QGraphicsScene):
         self.removeItem(e)
 
     def _make_edge(self, key: tuple[Any, int], src: tuple[_PortedItem, int], target: _PortedItem, idx: int,
-                   route: list[tuple[float, float]] | None) -> None:
-        e = EdgeItem(src[0], src[1], target, idx, route)
+                   route: list[tuple[float, float]] | None, paths: dict | None = None) -> None:
+        e = EdgeItem(src[0], src[1], target, idx, route, paths.get(key) if paths else None)
         e.key = key
         self._add_graph_item(e)
         self.edges[key] = e
         src[0].edges.append(e)  # type: ignore[attr-defined]
         target.edges.append(e)  # type: ignore[attr-defined]
 
-    def _set_edge(self, item: NodeItem, idx: int, routes: dict | None = None) -> None:
+    def _set_edge(self, item: NodeItem, idx: int, routes: dict | None = None, paths: dict | None = None) -> None:
         key = (id(item.node), idx)
         self._drop_edge(key)
         v = item.node.input(idx)
@@ -308,9 +321,9 @@ class GraphScene(QGraphicsScene):
         if src is None:
             return
         route = (routes or {}).get((src[0].key, id(item.node)))
-        self._make_edge(key, src, item, idx, route)
+        self._make_edge(key, src, item, idx, route, paths)
 
-    def _set_output_edge(self, k: int, routes: dict | None = None) -> None:
+    def _set_output_edge(self, k: int, routes: dict | None = None, paths: dict | None = None) -> None:
         key = (("out", k), 0)
         self._drop_edge(key)
         item = self.output_items.get(k)
@@ -319,7 +332,7 @@ class GraphScene(QGraphicsScene):
         item.value = self.graph.outputs[k]
         src = self._source_of(item.value)
         if src is not None:
-            self._make_edge(key, src, item, 0, (routes or {}).get((src[0].key, ("out", k))))
+            self._make_edge(key, src, item, 0, (routes or {}).get((src[0].key, ("out", k))), paths)
 
     # -- graph events ------------------------------------------------------------------------
     def _on_graph_event(self, ev: GraphEvent) -> None:

@@ -4,7 +4,7 @@ graph is shown) and handed to the layout worker: keys, sizes and edges, nothing 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from app import style
@@ -23,6 +23,11 @@ class GraphSnapshot:
     data: LayoutInput
     # Offset of the node's own rectangle inside its layout box (fused groups reserve a frame).
     offsets: dict[Any, tuple[float, float]]
+    # Per edge of ``data.edges``: the input slot it feeds, (id(node), index) or (("out", k), 0).
+    slots: list[tuple[Any, int]] = field(default_factory=list)
+    # Filled by the layout worker: slot -> (curve, bounding rectangle) of each edge, so the GUI
+    # thread does not compute thousands of curves while it creates the items.
+    paths: dict[tuple[Any, int], Any] | None = None
 
 
 def node_box(node: Any, expanded: bool) -> tuple[float, float, float, float]:
@@ -60,6 +65,7 @@ def take_snapshot(graph: Graph, expanded: Iterable[int] = ()) -> GraphSnapshot:
         if dx or dy:
             offsets[key] = (dx, dy)
     edges: list[tuple[int, int]] = []
+    slots: list[tuple[Any, int]] = []
     ports: list[tuple[float, float]] = []  # port x relative to the node centres (see LayoutInput)
     w, half = style.NODE_WIDTH, style.NODE_WIDTH / 2
     n_outs: dict[int, int] = {}
@@ -76,6 +82,7 @@ def take_snapshot(graph: Graph, expanded: Iterable[int] = ()) -> GraphSnapshot:
                 if in_xs is None:
                     in_xs = input_port_xs(n, w, max(counts[0], len(n.inputs)))
                 edges.append((src, dst))
+                slots.append((id(n), i))
                 ports.append((_out_dx(v, n_outs, graph), in_xs[i] - half))
     for k, v in enumerate(graph.outputs):
         key = ("out", k)
@@ -85,9 +92,10 @@ def take_snapshot(graph: Graph, expanded: Iterable[int] = ()) -> GraphSnapshot:
         src = _source_index(v, index)
         if src is not None:
             edges.append((src, index[key]))
+            slots.append((key, 0))
             ports.append((_out_dx(v, n_outs, graph), 0.0))
     top = {i for i, k in enumerate(keys) if isinstance(k, tuple) and k[0] == "in"}
-    return GraphSnapshot(keys, LayoutInput(sizes, edges, top, ports), offsets)
+    return GraphSnapshot(keys, LayoutInput(sizes, edges, top, ports), offsets, slots)
 
 
 def _out_dx(v: Any, n_outs: dict[int, int], graph: Graph) -> float:

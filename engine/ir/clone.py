@@ -60,7 +60,7 @@ def _clone(src: Graph, parent: Graph | None, vmap: dict[int, Value]) -> Graph:
     for name, v in src.initializers.items():
         g.initializers[name] = value(v)
     g.inputs = [value(v) for v in src.inputs]
-    for src_node in src.nodes:
+    for src_node in tuple(src._nodes.values()):  # never fills the source's cache (worker threads)
         node = Node(src_node.op_type, [value(v) if v is not None else None for v in src_node.inputs],
                     [value(v) if v is not None else None for v in src_node.outputs],
                     name=src_node.name, domain=src_node.domain)

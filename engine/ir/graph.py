@@ -161,6 +161,9 @@ class Node:
         while len(self._inputs) > len(values):
             self.set_input(len(self._inputs) - 1, None)
             self._inputs.pop()
+            if self.graph is not None:  # the slot itself is gone: tell observers
+                self.graph._touch()
+                self.graph.events.emit(NodeChanged(self, "inputs"))
 
     def set_attr(self, key: str, value: Any, kind: int | None = None) -> None:
         """Set (or with value None, delete) an attribute and notify observers.

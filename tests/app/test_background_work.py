@@ -73,3 +73,16 @@ def test_showing_the_optimized_graph_lays_it_out_in_a_worker_and_back(window, qt
     assert not window.showing_optimized
     assert window.act_delete.isEnabled()
     assert len(window.scene.node_items) == len(window.doc.graph)
+
+
+def test_edges_drawn_by_the_layout_worker_match_the_items_own_geometry(window):
+    scene = window.scene
+    assert scene.edges
+    for key, e in scene.edges.items():
+        made = e.path()
+        e.refresh()  # what the item computes from its ends and route
+        again = e.path()
+        assert made.elementCount() == again.elementCount(), key
+        for i in range(made.elementCount()):
+            a, b = made.elementAt(i), again.elementAt(i)
+            assert abs(a.x - b.x) < 1e-6 and abs(a.y - b.y) < 1e-6, key

@@ -102,17 +102,34 @@ def measure(n: int, folder: Path) -> dict[str, float]:
     win.view.zoom_to_fit()
     frame()
     overview = min(frame() for _ in range(3))
-    win.view.set_zoom(1.0)
+    middle = list(win.scene.node_items.values())[len(win.scene.node_items) // 2]
+    win.view.set_zoom(1.0, middle.sceneBoundingRect().center())  # on the graph, not beside it
     frame()
     detail = min(frame() for _ in range(3))
+    # Re-analysis after an edit, as the editor does it: the GUI thread clones the graph, a
+    # worker re-verifies, re-infers and places the clone, the GUI thread applies the result.
+    doc = win.doc
+    node = doc.graph.nodes[len(doc.graph) // 2]
+    from app import commands
+
+    doc.push(commands.SetPinCommand(doc, node, "cpu"))
     t = time.perf_counter()
-    win.doc.analyze()
+    doc.request_analysis()
+    analyze_gui_s = time.perf_counter() - t
+    task = doc._place_task
+    while task is not None and doc._place_task is task:
+        app.processEvents()
+        time.sleep(0.001)
     analyze_s = time.perf_counter() - t
+    t = time.perf_counter()
+    doc.analyze()
+    analyze_sync_s = time.perf_counter() - t
     win.doc.undo_stack.setClean()
     win.close()
     app.processEvents()
     return {"nodes": len(win.doc.graph) if win.doc else n, "open_s": open_s, "stall_ms": stalls["worst"] * 1000,
             "overview_ms": overview * 1000, "detail_ms": detail * 1000, "analyze_ms": analyze_s * 1000,
+            "analyze_gui_ms": analyze_gui_s * 1000, "analyze_sync_ms": analyze_sync_s * 1000,
             "progress_updates": len(progress_updates)}
 
 
@@ -120,16 +137,16 @@ def main(argv: list[str]) -> int:
     sizes = [int(a) for a in argv] or [10_000, 50_000]
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
-        sys.stdout.write("nodes   open+layout+shown  longest stall  frame zoomed out  frame 100%  re-analysis  "
-                         "progress updates  target\n")
+        sys.stdout.write("nodes   open+layout+shown  longest stall  frame zoomed out  frame 100%  "
+                         "re-analysis (GUI thread / done / all on the GUI thread)  progress updates  target\n")
         for n in sizes:
             r = measure(n, Path(tmp))
             target = TARGETS.get(n)
             verdict = "" if target is None else (f"< {target:.0f} s " + ("ok" if r["open_s"] < target else "MISSED"))
             ok &= target is None or r["open_s"] < target
             sys.stdout.write(f"{n:>6}  {r['open_s']:>15.2f} s  {r['stall_ms']:>10.0f} ms  {r['overview_ms']:>13.0f} ms"
-                             f"  {r['detail_ms']:>7.0f} ms  {r['analyze_ms']:>8.0f} ms  {r['progress_updates']:>16}  "
-                             f"{verdict}\n")
+                             f"  {r['detail_ms']:>7.0f} ms  {r['analyze_gui_ms']:>12.0f} / {r['analyze_ms']:>5.0f} / "
+                             f"{r['analyze_sync_ms']:>5.0f} ms{'':>20}  {r['progress_updates']:>10}  {verdict}\n")
             sys.stdout.flush()
     sys.stdout.write(
         "Netron on ~8,000 nodes (published): #1212 'app hangs without any hints', 'the graph layout would\n"
