@@ -5,45 +5,19 @@ items (zoomed in and out) does not crash."""
 from __future__ import annotations
 
 import gc
-import time
 from pathlib import Path
 
 import onnx
 import pytest
-from PySide6.QtCore import QTimer
 from PySide6.QtGui import QImage, QPainter
 
 from tests.app._helpers import chain_model, close_window, open_window
+from tests.app.analysis_support import StallMeter
 from tests.models import LIGHT_DIR, demo_model
 
 pytestmark = pytest.mark.gui
 
 MAX_STALL_MS = 100.0
-
-
-class StallMeter:
-    """Measures the longest gap between ticks of a 5 ms timer (the event loop's latency)."""
-
-    def __init__(self) -> None:
-        self.timer = QTimer()
-        self.timer.setInterval(5)
-        self.timer.timeout.connect(self._tick)
-        self.last = 0.0
-        self.worst = 0.0
-
-    def _tick(self) -> None:
-        now = time.perf_counter()
-        if self.last:
-            self.worst = max(self.worst, (now - self.last) * 1000)
-        self.last = now
-
-    def __enter__(self) -> StallMeter:
-        self.last = 0.0
-        self.timer.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.timer.stop()
 
 
 def _demo_paths() -> list[Path]:
