@@ -74,12 +74,13 @@ def tensors_to_observe(graph: Graph, config: QuantConfig) -> list[str]:
 
 def calibrate(graph: Graph, data: CalibrationSet, config: QuantConfig, tensors: list[str] | None = None,
               histograms: bool | None = None, progress: Progress | None = None,
-              cancel: Callable[[], bool] | None = None) -> Calibration:
+              cancel: Callable[[], bool] | None = None, batch: int = 16) -> Calibration:
     """Observe ``tensors`` (default: every tensor quantization needs) over all samples.
 
     MinMax alone needs only running min/max; any other method (or ``histograms=True``, which
     the GUI asks for to draw thresholds) keeps a 2048-bin histogram per tensor, whose memory
-    does not grow with the number of samples.
+    does not grow with the number of samples. Samples run ``batch`` at a time when the graph
+    provably treats them independently (checked on two samples), one at a time otherwise.
     """
     from engine import executor_for
     from engine.sim.feeds import check_feeds
@@ -99,10 +100,25 @@ def calibrate(graph: Graph, data: CalibrationSet, config: QuantConfig, tensors: 
                 stats[v.name].update(arr)
 
     total = len(data)
-    for i, feeds in enumerate(data):
+    batched = _batched_graph(graph, data, batch) if batch > 1 else None
+    done = 0
+    if batched is not None:  # same statistics: min/max/histograms of a batch = of its samples
+        bex = executor_for(batched)
+        while total - done >= batch:
+            if cancel is not None and cancel():
+                raise Cancelled("calibration cancelled")
+            feeds = _stack([data.sample(done + k) for k in range(batch)])
+            for k, arr in feeds.items():
+                if k in names:
+                    stats[k].update(arr)
+            bex.run(check_feeds(batched, feeds), hook=hook)
+            done += batch
+            if progress is not None:
+                progress(done, total)
+    for i in range(done, total):
         if cancel is not None and cancel():
             raise Cancelled("calibration cancelled")
-        feeds = check_feeds(graph, feeds)
+        feeds = check_feeds(graph, data.sample(i))
         for k, arr in feeds.items():
             if k in names:
                 stats[k].update(arr)
@@ -110,3 +126,45 @@ def calibrate(graph: Graph, data: CalibrationSet, config: QuantConfig, tensors: 
         if progress is not None:
             progress(i + 1, total)
     return Calibration(stats, total, data.source, histograms)
+
+
+def _stack(samples: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    return {k: np.concatenate([s[k] for s in samples], axis=0) for k in samples[0]}
+
+
+def _batched_graph(graph: Graph, data: CalibrationSet, batch: int) -> Graph | None:
+    """A copy of ``graph`` whose leading input dim 1 is ``batch``, when it provably computes every
+    sample independently: shapes infer cleanly and two samples run batched give the same outputs
+    as run alone. Otherwise None (calibration then runs one sample at a time)."""
+    from engine import executor_for
+    from engine.ir.clone import clone_graph
+    from engine.ir.infer import infer_shapes
+    from engine.ir.types import TensorType
+    from engine.sim.feeds import check_feeds
+
+    if len(data) < 2 * batch or not graph.inputs:
+        return None
+    if any(v.type.shape is None or not v.type.shape or v.type.shape[0] != 1 for v in graph.inputs):
+        return None
+    g = clone_graph(graph)
+    for v in g.inputs:
+        v.type = TensorType(v.type.dtype, (batch, *v.type.shape[1:]))  # type: ignore[index]
+    for n in g.nodes:
+        for out in n.outputs:
+            if out is not None:
+                out.type = TensorType(out.type.dtype, None)
+    if any(d.code == "shape-inference" for d in infer_shapes(g)):
+        return None
+    if any(o.type.shape is None or not o.type.shape or o.type.shape[0] != batch for o in g.outputs):
+        return None
+    samples = [check_feeds(graph, data.sample(i)) for i in range(batch)]
+    try:
+        together = executor_for(g).run(check_feeds(g, _stack(samples)))
+        for i in (0, batch - 1):
+            alone = executor_for(graph).run(samples[i])
+            for name, ref in alone.items():
+                if not np.allclose(together[name][i:i + 1], ref, rtol=1e-4, atol=1e-5, equal_nan=True):
+                    return None
+    except ValueError:  # ExecutionError/InputError: this graph does not batch
+        return None
+    return g
