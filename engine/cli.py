@@ -90,23 +90,6 @@ def load_model_arg(args: argparse.Namespace):
     return engine.load(args.model, shapes=_shapes(args))
 
 
-def _load_npz(path: str, what: str) -> dict[str, np.ndarray]:
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"{path}: no such file ({what})")
-    try:
-        with np.load(p, allow_pickle=False) as z:
-            if not hasattr(z, "files"):
-                raise InputError(f"{path}: not an .npz archive ({what})")
-            return {k: z[k] for k in z.files}
-    except InputError:
-        raise
-    except (OSError, ValueError, EOFError, KeyError) as exc:
-        raise InputError(f"{path}: cannot read as .npz ({what}): {exc}") from None
-    except Exception as exc:  # zipfile.BadZipFile and friends
-        raise InputError(f"{path}: cannot read as .npz ({what}): {type(exc).__name__}") from None
-
-
 # -- subcommands ----------------------------------------------------------------------------------
 def cmd_inspect(args: argparse.Namespace, out: Out) -> int:
     from engine.inspect import format_summary, summarize
@@ -124,7 +107,9 @@ def cmd_run(args: argparse.Namespace, out: Out) -> int:
     import engine
 
     graph = load_model_arg(args)
-    feeds = _load_npz(args.inputs, "--inputs")
+    from engine.sim.feeds import read_npz
+
+    feeds = read_npz(args.inputs, "--inputs")
     results = engine.execute(graph, feeds)
     dest = Path(args.out)
     if dest.parent and not dest.parent.exists():
@@ -186,7 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _load_extra_commands() -> None:
     import importlib
 
-    # Each later capability adds its subcommands from its own module (see extra_command).
+    # Each capability adds its subcommands from its own module (see extra_command). The `gui`
+    # command is app/'s plugin, found by name: engine never imports app/ (nor Qt) in code, and
+    # app/cli.py imports Qt only inside its functions, so the CLI works without a display.
     for mod in ("engine.passes.cli", "engine.quant.cli", "engine.sim.cli", "engine.export.cli", "app.cli"):
         try:
             importlib.import_module(mod)

@@ -90,10 +90,9 @@ def _trace_json(result: CompileResult) -> list[dict[str, Any]]:
     return out
 
 
-def runtime_document(result: CompileResult) -> dict[str, Any]:
+def runtime_document(result: CompileResult, model: dict[str, Any]) -> dict[str, Any]:
     """runtime.yaml: what a deployment service reads (the field notes' sketch plus placement)."""
     summ = result.sim.summary()
-    model = _model_entry(result)
     has_cpu = summ["cpu_ops"] > 0
     return {
         "model": {"id": f"{model['name']}-{model['sha256'][:12]}", "file": "model.qdq.onnx" if result.quantized
@@ -115,11 +114,11 @@ def runtime_document(result: CompileResult) -> dict[str, Any]:
     }
 
 
-def report_document(result: CompileResult, plan: dict[str, Any]) -> dict[str, Any]:
+def report_document(result: CompileResult, plan: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
     """What report.html renders."""
     return {
         "tool_version": _tool_version(),
-        "model": _model_entry(result),
+        "model": model,
         "precision": result.precision,
         "simulation": plan,
         "optimize": {"nodes_before": len(result.source.nodes), "nodes_after": len(result.optimized.nodes),
@@ -139,14 +138,14 @@ def bundle_files(result: CompileResult) -> dict[str, bytes]:
                         ("model.qdq.onnx", result.quant.graph if result.quant is not None else None)):
         if graph is None:
             continue
-        model = to_onnx(graph)
-        onnx.checker.check_model(model, full_check=True)
-        files[name] = model.SerializeToString()
+        proto = to_onnx(graph)
+        onnx.checker.check_model(proto, full_check=True)
+        files[name] = proto.SerializeToString()
+    model = _model_entry(result)  # serializes and hashes the source once per bundle
     plan = plan_document(result)
     files["plan.json"] = _json(plan)
-    files["runtime.yaml"] = yaml.safe_dump(runtime_document(result), sort_keys=False).encode("utf-8")
-    files["report.html"] = render_report(report_document(result, plan)).encode("utf-8")
-    model = _model_entry(result)
+    files["runtime.yaml"] = yaml.safe_dump(runtime_document(result, model), sort_keys=False).encode("utf-8")
+    files["report.html"] = render_report(report_document(result, plan, model)).encode("utf-8")
     manifest = {
         "files": {k: _sha256(v) for k, v in sorted(files.items())},
         "inputs": {"model": {"name": model["name"], "sha256": model["sha256"]},

@@ -16,6 +16,7 @@ import numpy as np
 from engine.errors import InputError
 from engine.ir.graph import Graph, Value
 from engine.ir.types import dtype_name
+from engine.sim.feeds import read_npz
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
 
@@ -102,20 +103,12 @@ def _check_sample(arr: np.ndarray, inp: Value, where: str) -> np.ndarray:
     return arr
 
 
-def _float_inputs(graph: Graph) -> list[Value]:
-    return list(graph.inputs)
-
-
 def load_npz(path: Path, graph: Graph, limits: CalibLimits) -> CalibrationSet:
     """Arrays keyed by input name, samples stacked on a new leading axis: (N, *input_shape)."""
     if path.stat().st_size > limits.max_bytes:
         raise InputError(f"{path}: {path.stat().st_size} bytes is over the calibration limit of {limits.max_bytes}")
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except Exception as exc:  # zipfile, pickle and format errors all mean "not a usable npz"
-        raise InputError(f"{path}: cannot read as .npz: {type(exc).__name__}: {exc}") from None
-    inputs = {v.name: v for v in _float_inputs(graph)}
+    arrays = read_npz(path, "--calib")
+    inputs = {v.name: v for v in list(graph.inputs)}
     for k in arrays:
         if k not in inputs:
             raise InputError(f"{path}: key {k!r} is not a model input (inputs: {', '.join(inputs)})")
@@ -147,7 +140,7 @@ def load_npz(path: Path, graph: Graph, limits: CalibLimits) -> CalibrationSet:
 def load_npy_folder(path: Path, graph: Graph, limits: CalibLimits) -> CalibrationSet:
     """One .npy file per sample; only for single-input models."""
     files = sorted(p for p in path.iterdir() if p.suffix == ".npy")
-    inputs = _float_inputs(graph)
+    inputs = list(graph.inputs)
     if len(inputs) != 1:
         raise InputError(f"{path}: a folder of .npy samples needs a single-input model "
                          f"(this one has {len(inputs)}); use an .npz keyed by input name")
@@ -215,7 +208,7 @@ def load_image(path: Path, inp: Value, pre: ImagePreprocess) -> np.ndarray:
 def load_image_folder(path: Path, graph: Graph, pre: ImagePreprocess, limits: CalibLimits) -> CalibrationSet:
     """Every .png/.jpg/.bmp in the folder (sorted by name) is one sample."""
     files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
-    inputs = _float_inputs(graph)
+    inputs = list(graph.inputs)
     if len(inputs) != 1:
         raise InputError(f"{path}: a folder of images needs a single-input model (this one has {len(inputs)})")
     if len(files) > limits.max_samples:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 import numpy as np
 
@@ -41,3 +42,19 @@ def check_feeds(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np.n
         if k in feeds:
             out[k] = np.asarray(feeds[k])
     return out
+
+
+def read_npz(path: str | Path, what: str) -> dict[str, np.ndarray]:
+    """Every array of an .npz (no pickles); InputError naming the file and ``what`` it was for."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{path}: no such file ({what})")
+    try:
+        with np.load(p, allow_pickle=False) as z:
+            if not hasattr(z, "files"):
+                raise InputError(f"{path}: not an .npz archive ({what})")
+            return {k: z[k] for k in z.files}
+    except InputError:
+        raise
+    except Exception as exc:  # zipfile, pickle and format errors all mean "not a usable npz"
+        raise InputError(f"{path}: cannot read as .npz ({what}): {type(exc).__name__}: {exc}") from None
