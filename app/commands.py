@@ -16,9 +16,9 @@ from PySide6.QtCore import QPointF
 from PySide6.QtGui import QUndoCommand
 
 from engine.ir.graph import Node, Value
-from engine.ir.types import TensorType
 from nodes import registry
 from nodes.spec import REQUIRED
+from nodes.types import TensorType
 
 if TYPE_CHECKING:
     from app.document import Document

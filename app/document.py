@@ -28,7 +28,7 @@ from engine.diagnostics import ERROR, Diagnostic
 from engine.ir.events import GraphEvent
 from engine.ir.graph import Graph
 from engine.ir.onnx_io import to_onnx
-from engine.ir.types import TensorType
+from nodes.types import TensorType
 
 log = logging.getLogger(__name__)
 

@@ -170,15 +170,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _load_extra_commands() -> None:
     import importlib
+    from importlib.metadata import entry_points
 
-    # Each capability adds its subcommands from its own module (see extra_command). The `gui`
-    # command is app/'s plugin, found by name: engine never imports app/ (nor Qt) in code, and
+    # Each capability adds its subcommands from its own module (see extra_command). Packages
+    # above the engine (the editor's `gui`) register themselves as entry points of the group
+    # "npu_studio.commands" in pyproject.toml: engine never names app/ and never imports Qt, and
     # app/cli.py imports Qt only inside its functions, so the CLI works without a display.
-    for mod in ("engine.passes.cli", "engine.quant.cli", "engine.sim.cli", "engine.export.cli", "app.cli"):
+    for mod in ("engine.passes.cli", "engine.quant.cli", "engine.sim.cli", "engine.export.cli"):
+        importlib.import_module(mod)
+    for ep in entry_points(group="npu_studio.commands"):
         try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as exc:
-            if exc.name != mod:
+            ep.load()
+        except ModuleNotFoundError as exc:  # a plugin whose dependencies are not installed
+            if not exc.name or not ep.value.startswith(exc.name):
                 raise
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from engine.diagnostics import Diagnostic
 from engine.ir.graph import Graph, Value
 from engine.ir.infer import infer_shapes
-from engine.ir.types import TensorType
 from engine.ir.verify import verify
+from nodes.types import TensorType
 
 Baseline = dict[int, tuple[Value, TensorType]]
 

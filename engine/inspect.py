@@ -7,9 +7,9 @@ from typing import Any
 
 from engine.ir.graph import Graph, Node
 from engine.ir.infer import node_context
-from engine.ir.types import TensorType, dtype_name
 from nodes import registry
 from nodes.spec import OpError, Work
+from nodes.types import TensorType, dtype_name
 
 
 def _dims(t: TensorType) -> list[Any] | None:

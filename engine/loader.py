@@ -21,8 +21,8 @@ from engine.errors import ModelError
 from engine.ir import onnx_io
 from engine.ir.graph import Graph
 from engine.ir.infer import infer_shapes
-from engine.ir.types import TensorType
 from engine.ir.verify import verify
+from nodes.types import TensorType
 
 MAX_MODEL_BYTES = 2 * 1024**3  # protobuf's own limit
 

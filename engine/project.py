@@ -35,7 +35,7 @@ import numpy as np
 
 from engine.errors import InputError
 from engine.ir.graph import Graph, Node
-from engine.ir.types import TensorType, dtype_name
+from nodes.types import TensorType, dtype_name
 
 FORMAT = "npu-studio-project"
 VERSION = 1

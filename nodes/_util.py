@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from engine.ir.types import Dim, TensorType
 from nodes.spec import NodeContext, OpError
+from nodes.types import Dim, TensorType
 
 
 def broadcast_shapes(*shapes: Sequence[Dim] | None) -> tuple[Dim, ...] | None:

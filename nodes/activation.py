@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from engine.ir.types import TensorType
 from nodes._util import broadcast_shapes, norm_axis
 from nodes.elementwise import erf, is_low_float
 from nodes.registry import register, register_spec
 from nodes.spec import AttrSpec, FnSpec, NodeContext, OpError, OpSpec, Port, RunContext
+from nodes.types import TensorType
 
 Fn = Callable[[np.ndarray, dict[str, Any]], np.ndarray]
 

@@ -12,11 +12,11 @@ from typing import Any
 import numpy as np
 from onnx import TensorProto
 
-from engine.ir.types import TensorType, np_dtype
 from nodes.elementwise import is_ext as _is_ext
 from nodes.elementwise import is_ext_float as _is_ext_float
 from nodes.registry import register
 from nodes.spec import REQUIRED, AttrSpec, NodeContext, OpError, OpSpec, Port, RunContext, Work
+from nodes.types import TensorType, np_dtype
 
 STRING = np.dtype(object)
 _STD_FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))

@@ -7,17 +7,14 @@ resolves those outer-scope names. Types are inferred from the subgraphs' output 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from engine.ir.types import Dim, TensorType
 from nodes._util import norm_axis
 from nodes.registry import register
 from nodes.spec import REQUIRED, AttrSpec, NodeContext, OpError, OpSpec, Port, RunContext, ints
-
-if TYPE_CHECKING:
-    from engine.ir.graph import Graph
+from nodes.spec import GraphRef as Graph
+from nodes.types import Dim, TensorType
 
 
 def merge_types(a: TensorType, b: TensorType) -> TensorType:

@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from engine.ir.types import Dim, TensorType
 from nodes._util import prod
 from nodes.registry import register
 from nodes.rules import WINDOW_RULES
 from nodes.spec import AttrSpec, NodeContext, OpError, OpSpec, Port, RunContext, Work, ints
+from nodes.types import Dim, TensorType
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 

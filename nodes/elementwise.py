@@ -12,10 +12,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from engine.ir.types import TensorType
 from nodes._util import broadcast_infer, broadcast_shapes, same_as_input
 from nodes.registry import register, register_spec
 from nodes.spec import AttrSpec, FnSpec, NodeContext, OpError, OpSpec, Port, RunContext
+from nodes.types import TensorType
 
 _NATIVE_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.ir.types import Dim, TensorType
 from nodes._util import broadcast_shapes, norm_axis, prod
 from nodes.registry import register
 from nodes.spec import (
@@ -18,6 +17,7 @@ from nodes.spec import (
     RunContext,
     Work,
 )
+from nodes.types import Dim, TensorType
 
 INT64 = np.dtype(np.int64)
 

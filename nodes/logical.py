@@ -6,11 +6,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from engine.ir.types import TensorType
 from nodes._util import broadcast_infer, broadcast_shapes
 from nodes.elementwise import BinarySpec, UnarySpec, check_same_dtype, is_ext
 from nodes.registry import register, register_spec
 from nodes.spec import REQUIRED, AttrSpec, NodeContext, OpError, OpSpec, Port, RunContext
+from nodes.types import TensorType
 
 BOOL = np.dtype(bool)
 

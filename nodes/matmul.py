@@ -5,10 +5,10 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from engine.ir.types import Dim, TensorType
 from nodes._util import broadcast_shapes, prod
 from nodes.registry import register
 from nodes.spec import AttrSpec, NodeContext, OpError, OpSpec, Port, RunContext, Work
+from nodes.types import Dim, TensorType
 
 _LOW_PRECISION = frozenset({np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)})
 

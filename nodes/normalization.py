@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from engine.ir.types import Dim, TensorType
 from nodes._util import norm_axis
 from nodes.registry import register
 from nodes.spec import AttrSpec, NodeContext, OpError, OpSpec, Port, RunContext, Work, ints
+from nodes.types import Dim, TensorType
 
 
 def _acc(dtype: np.dtype) -> np.dtype:

@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 
-from engine.ir.types import Dim, TensorType
 from nodes._util import prod
 from nodes.conv import (
     AUTO_PADS,
@@ -35,6 +34,7 @@ from nodes.spec import (
     Work,
     ints,
 )
+from nodes.types import Dim, TensorType
 
 _WINDOW_ATTRS = (
     AttrSpec("auto_pad", "string", "NOTSET", "Automatic padding (deprecated): NOTSET uses pads.",

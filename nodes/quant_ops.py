@@ -14,12 +14,12 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from engine.ir.types import TensorType, np_dtype
 from nodes._util import norm_axis
 from nodes.conv import conv_geometry, conv_macs, conv_nd, conv_out_shape
 from nodes.matmul import matmul, matmul_shape
 from nodes.registry import register
 from nodes.spec import AttrSpec, NodeContext, OpError, OpSpec, Port, RunContext, Work
+from nodes.types import TensorType, np_dtype
 
 _SUB_BYTE_INTS = ("int4", "uint4", "int2", "uint2")
 

@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from engine.ir.types import Dim, TensorType
 from nodes.registry import register
 from nodes.spec import AttrSpec, NodeContext, OpError, OpSpec, Port, RunContext, Work
+from nodes.types import Dim, TensorType
 
 Act = Callable[[np.ndarray], np.ndarray]
 

@@ -13,11 +13,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from engine.ir.types import TensorType
 from nodes._util import norm_axis
 from nodes.registry import register_spec
 from nodes.shape_ops import axes_input, run_axes
 from nodes.spec import AttrSpec, FnSpec, NodeContext, Port, RunContext, Work
+from nodes.types import TensorType
 
 Kernel = Callable[[np.ndarray, tuple[int, ...], bool], np.ndarray]
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from engine.ir.types import Dim, TensorType
 from nodes._util import norm_axis
 from nodes.registry import register
 from nodes.spec import REQUIRED, AttrSpec, NodeContext, OpError, OpSpec, Port, RunContext, ints
+from nodes.types import Dim, TensorType
 
 COORD_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
                "tf_half_pixel_for_nn", "tf_crop_and_resize")

@@ -2,7 +2,7 @@
 
 A rule is ``rule(ctx, constraints) -> bool``: True when the node meets it on the target.
 ``ctx`` is the node's NodeContext (types inferred), ``constraints`` the target's merged
-``OpConstraints`` for the op type (engine/hw/target.py). The docstring, formatted with the
+``OpConstraints`` for the op type (nodes/constraints.py). The docstring, formatted with the
 constraint fields (``{max_kernel}``, ``{op_type}``, ``{dtypes}`` ...), is what a red node's
 tooltip, the fallback table and SUPPORTED_OPS.md say. Each rule also carries a ``fix`` hint
 (what the user can change) and may carry a ``detail`` function naming the offending value.
@@ -14,17 +14,15 @@ Placement evaluates ``COMMON`` for every op, then the op's own ``OpSpec.rules`` 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from engine.ir.types import TensorType, dtype_name
+from nodes.constraints import OpConstraints
 from nodes.spec import NodeContext, Verdict
+from nodes.types import TensorType, dtype_name
 
-if TYPE_CHECKING:
-    from engine.hw.target import OpConstraints
-
-Rule = Callable[[NodeContext, "OpConstraints"], bool]
+Rule = Callable[[NodeContext, OpConstraints], bool]
 
 _DTYPE_BYTES = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "float16": 2, "bfloat16": 2,
                 "int32": 4, "uint32": 4, "float32": 4, "int64": 8, "uint64": 8, "float64": 8}

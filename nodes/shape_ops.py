@@ -14,11 +14,20 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from engine.ir.graph import Value
-from engine.ir.types import Dim, TensorType
 from nodes._util import broadcast_shapes, norm_axis, prod
 from nodes.registry import register
-from nodes.spec import REQUIRED, AttrSpec, NodeContext, OpError, OpSpec, Port, RunContext, ints
+from nodes.spec import (
+    REQUIRED,
+    AttrSpec,
+    NodeContext,
+    OpError,
+    OpSpec,
+    Port,
+    RunContext,
+    ValueRef,
+    ints,
+)
+from nodes.types import Dim, TensorType
 
 INT64 = np.dtype(np.int64)
 BIG = 2**31 - 1  # ends at or past this mean "to the end" when the dim is symbolic
@@ -52,7 +61,7 @@ def _combine(op: str, a: Dim, b: Dim) -> Dim:
     return None
 
 
-def _trace(v: Value | None, depth: int) -> list[Dim] | None:
+def _trace(v: ValueRef | None, depth: int) -> list[Dim] | None:
     """Value of a small 1-D int tensor as dims (ints, symbols, None), or None when untraceable."""
     if v is None or depth > 32:
         return None

@@ -10,14 +10,45 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from engine.ir.types import TensorType
+from nodes.types import TensorType
 
-if TYPE_CHECKING:
-    from engine.ir.graph import Graph, Node
+
+class ValueRef(Protocol):
+    """What an op reads of a graph value (engine.ir.graph.Value has it)."""
+
+    name: str
+    type: TensorType
+    const: np.ndarray | None
+
+    def producer(self) -> NodeRef | None: ...
+
+
+class NodeRef(Protocol):
+    """What an op reads of a graph node (engine.ir.graph.Node has it)."""
+
+    name: str
+    op_type: str
+    attrs: dict[str, Any]
+    inputs: Sequence[ValueRef | None]
+    outputs: Sequence[ValueRef]
+    graph: GraphRef | None
+
+
+class GraphRef(Protocol):
+    """What an op reads of a subgraph (engine.ir.graph.Graph has it)."""
+
+    inputs: Sequence[ValueRef]
+    outputs: Sequence[ValueRef]
+
+    def opset(self, domain: str = "") -> int: ...
+
+
+Graph = GraphRef
+Node = NodeRef
 
 
 class _Required:

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.ir.onnx_io import tensor_to_array
-from engine.ir.types import Dim, TensorType, np_dtype
 from nodes._util import norm_axis, prod
 from nodes.registry import register
 from nodes.shape_ops import shape_value
 from nodes.spec import AttrSpec, NodeContext, OpError, OpSpec, Port, RunContext, ints
+from nodes.types import Dim, TensorType, np_dtype, tensor_to_array
 
 FAMILY = "shape_ops"
 BOOL = np.dtype(bool)

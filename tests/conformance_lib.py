@@ -13,7 +13,7 @@ import numpy as np
 from onnx import TensorProto
 
 import engine
-from engine.ir.onnx_io import tensor_to_array
+from nodes.types import tensor_to_array
 
 
 @lru_cache(maxsize=1)

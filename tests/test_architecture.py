@@ -26,6 +26,44 @@ def _imports(tree: ast.AST) -> list[str]:
     return names
 
 
+def _dynamic_imports(tree: ast.AST) -> list[str]:
+    """Module names given as strings to importlib.import_module, __import__ or import_module."""
+    names = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        f = node.func
+        fname = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+        if fname in ("import_module", "__import__", "find_spec") and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str):
+            names.append(node.args[0].value)
+    return names
+
+
+def _module_strings(tree: ast.AST) -> list[str]:
+    """String constants that look like dotted module names (a name list fed to importlib)."""
+    return [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and n.value.replace(".", "").replace("_", "").isalnum() and "." in n.value]
+
+
+# Who may import whom: a staircase, nodes/ at the bottom.
+LAYER_FORBIDDEN = {"nodes": ("engine", "app"), "engine": ("app",)}
+
+
+@pytest.mark.parametrize("pkg", sorted(LAYER_FORBIDDEN))
+def test_layers_form_a_staircase(pkg):
+    """nodes/ imports neither engine/ nor app/, engine/ never reaches app/: at module level, inside
+    functions, under TYPE_CHECKING, or by a module name handed to importlib/__import__."""
+    bad = []
+    for path in _modules(pkg):
+        tree = ast.parse(path.read_text())
+        names = _imports(tree) + _dynamic_imports(tree) + _module_strings(tree)
+        for name in names:
+            if name.split(".")[0] in LAYER_FORBIDDEN[pkg]:
+                bad.append(f"{path.relative_to(ROOT)} reaches {name}")
+    assert not bad, "\n".join(bad)
+
+
 @pytest.mark.parametrize("pkg", ["engine", "nodes"])
 def test_core_never_imports_qt_or_app(pkg):
     bad = []

@@ -22,9 +22,9 @@ from PySide6.QtWidgets import (
 from app import commands
 from app.document import Document
 from engine.ir.graph import Node, Value
-from engine.ir.types import TensorType, dtype_name
 from nodes import registry
 from nodes.spec import REQUIRED, AttrSpec
+from nodes.types import TensorType, dtype_name
 
 _DTYPES = ["float32", "float16", "int8", "uint8", "int16", "int32", "int64", "bool", "float64"]
 

@@ -27,14 +27,9 @@ import yaml
 
 from engine.errors import InputError
 from engine.hw.schema import Field, check, check_value, fail, unknown_key
+from nodes.constraints import PRECISION_DTYPES, OpConstraints
 
 TARGETS_DIR = Path(__file__).resolve().parents[2] / "assets" / "targets"
-
-PRECISION_DTYPES: dict[str, str] = {
-    "int8": "int8", "uint8": "uint8", "int16": "int16",
-    "fp16": "float16", "bf16": "bfloat16", "fp32": "float32",
-}
-"""Compute precisions (the names the quantizer uses) and the tensor dtype each stores."""
 
 DTYPE_BYTES: dict[str, int] = {
     "bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4,
@@ -101,44 +96,6 @@ SCHEMA: dict[str, Any] = {
                                  above=0),
     },
 }
-
-
-@dataclass(frozen=True)
-class OpConstraints:
-    """The constraints one op type must meet on a target's NPU (global merged with per-op).
-
-    ``listed`` is False for op types the target does not list. Rules in nodes/rules.py read
-    these fields; ``fields()`` feeds the format fields of their docstrings.
-    """
-
-    op_type: str
-    listed: bool
-    dtypes: tuple[str, ...]
-    precision: str
-    static_shapes: bool = True
-    max_rank: int | None = None
-    max_tensor_kib: float | None = None
-    max_kernel: int | None = None
-    max_stride: int | None = None
-    max_dilation: int | None = None
-    target: str = ""
-
-    @property
-    def max_tensor_bytes(self) -> int | None:
-        """The tensor size limit in bytes, or None."""
-        return None if self.max_tensor_kib is None else int(self.max_tensor_kib * 1024)
-
-    @property
-    def precision_dtype(self) -> str:
-        """The dtype name float tensors take on this NPU (int8, bfloat16 ...)."""
-        return PRECISION_DTYPES[self.precision]
-
-    def fields(self) -> dict[str, Any]:
-        """Format fields for rule docstrings (limits, names, joined dtype list)."""
-        d = dataclasses.asdict(self)
-        d["dtypes"] = ", ".join(self.dtypes)
-        d["max_tensor_kib"] = f"{self.max_tensor_kib:g}" if self.max_tensor_kib is not None else "any"
-        return d
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from engine.ir.events import (
     NodeChanged,
     NodeRemoved,
 )
-from engine.ir.types import TensorType
+from nodes.types import TensorType
 
 
 class GraphError(ValueError):

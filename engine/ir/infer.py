@@ -11,9 +11,9 @@ import numpy as np
 
 from engine.diagnostics import WARNING, Diagnostic
 from engine.ir.graph import Graph, Node
-from engine.ir.types import TensorType
 from nodes import registry
 from nodes.spec import NodeContext, OpError, RunContext
+from nodes.types import TensorType
 
 # A value computed during inference is kept only when this small (elements).
 KNOWN_VALUE_LIMIT = 4096

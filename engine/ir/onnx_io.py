@@ -14,33 +14,10 @@ import onnx
 from onnx import AttributeProto, GraphProto, ModelProto, TensorProto, helper, numpy_helper
 
 from engine.ir.graph import Graph, Node, Value
-from engine.ir.types import Dim, TensorType, np_dtype, onnx_elem_type
-
-
-class ConversionError(ValueError):
-    """The protobuf holds something the IR cannot represent (named in the message)."""
+from nodes.types import ConversionError, Dim, TensorType, np_dtype, onnx_elem_type, tensor_to_array
 
 
 # -- ModelProto -> Graph -------------------------------------------------------------------------
-def tensor_to_array(t: TensorProto) -> np.ndarray:
-    """A TensorProto as a numpy array (external data must already be loaded)."""
-    if t.data_type == TensorProto.STRING:
-        arr = np.array([s.decode("utf-8", errors="replace") for s in t.string_data], dtype=object)
-        return arr.reshape(tuple(t.dims))
-    try:
-        arr = numpy_helper.to_array(t)
-    except Exception as exc:  # onnx raises several exception types for bad tensors
-        raise ConversionError(f"tensor {t.name!r} cannot be read: {exc}") from exc
-    if t.data_type in np_dtype_codes_needing_view():
-        arr = arr.astype(np_dtype(t.data_type)) if arr.dtype != np_dtype(t.data_type) else arr
-    return arr
-
-
-def np_dtype_codes_needing_view() -> set[int]:
-    """Element types whose numpy_helper result may need converting to our dtype."""
-    return {TensorProto.BFLOAT16}
-
-
 def _type_from_proto(tp: onnx.TypeProto) -> TensorType:
     if not tp.HasField("tensor_type"):
         return TensorType()

@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 
 from engine.ir.graph import Graph, Node, Value
-from engine.ir.types import np_dtype
 from engine.passes.base import Pass, PassResult, RuleEvent
 from engine.passes.pattern import Match, Rule, RulePass
 from engine.passes.rewrite import (
@@ -38,6 +37,7 @@ from engine.passes.rewrite import (
     redirect,
     redirect_reason,
 )
+from nodes.types import np_dtype
 
 NOT_NOOP = "not a no-op"  # noop_reason's answer for a node that certainly computes something
 

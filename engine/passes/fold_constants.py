@@ -31,11 +31,11 @@ from engine.diagnostics import INFO, Diagnostic
 from engine.ir.fused import run_activation
 from engine.ir.graph import Graph, Node
 from engine.ir.infer import node_context
-from engine.ir.types import TensorType
 from engine.passes.base import Pass, PassResult, RuleEvent
 from engine.passes.rewrite import contiguous, value_to_initializer
 from nodes import registry
 from nodes.spec import OpError, RunContext
+from nodes.types import TensorType
 
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 

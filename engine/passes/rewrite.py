@@ -18,7 +18,7 @@ import numpy as np
 
 from engine.ir.events import GraphIOChanged
 from engine.ir.graph import Graph, Node, Value
-from engine.ir.types import TensorType
+from nodes.types import TensorType
 
 
 def contiguous(arr: np.ndarray) -> np.ndarray:

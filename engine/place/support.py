@@ -18,9 +18,9 @@ import numpy as np
 from engine.hw.target import DTYPE_BYTES, PRECISION_DTYPES, HardwareTarget
 from engine.ir.graph import Graph, Node, Value
 from engine.ir.infer import node_context
-from engine.ir.types import dtype_name
 from nodes import rules as rules_mod
 from nodes.spec import NodeContext, OpError, Verdict, Work
+from nodes.types import dtype_name
 
 COMPILE_TIME_OPS = frozenset({"Constant"})
 """Ops that only hold data: their outputs are weights of their consumers and cost nothing."""

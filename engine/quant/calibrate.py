@@ -139,8 +139,8 @@ def _batched_graph(graph: Graph, data: CalibrationSet, batch: int) -> Graph | No
     from engine import executor_for
     from engine.ir.clone import clone_graph
     from engine.ir.infer import infer_shapes
-    from engine.ir.types import TensorType
     from engine.sim.feeds import check_feeds
+    from nodes.types import TensorType
 
     if len(data) < 2 * batch or not graph.inputs:
         return None

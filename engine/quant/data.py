@@ -15,8 +15,8 @@ import numpy as np
 
 from engine.errors import InputError
 from engine.ir.graph import Graph, Value
-from engine.ir.types import dtype_name
 from engine.sim.feeds import read_npz
+from nodes.types import dtype_name
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
 

@@ -18,7 +18,6 @@ from onnx import TensorProto
 from engine.diagnostics import INFO, WARNING, Diagnostic
 from engine.ir.clone import clone_graph
 from engine.ir.graph import Graph, Node, Value
-from engine.ir.types import TensorType
 from engine.quant.calibrate import (
     Calibration,
     fused_into_producer,
@@ -36,6 +35,7 @@ from engine.quant.params import (
     type_limits,
     weight_params,
 )
+from nodes.types import TensorType
 
 WEIGHT_INPUT = {"Conv": 1, "ConvTranspose": 1, "Gemm": 1, "MatMul": 1}
 BIAS_INPUT = {"Conv": 2, "ConvTranspose": 2, "Gemm": 2}

@@ -9,7 +9,7 @@ import numpy as np
 
 from engine.errors import InputError
 from engine.ir.graph import Graph
-from engine.ir.types import dtype_name
+from nodes.types import dtype_name
 
 
 def check_feeds(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

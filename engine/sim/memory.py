@@ -16,9 +16,9 @@ import numpy as np
 
 from engine.ir.graph import Graph
 from engine.ir.infer import KNOWN_VALUE_LIMIT
-from engine.ir.types import TensorType
 from nodes import registry
 from nodes.spec import NodeContext, OpError, RunContext
+from nodes.types import TensorType
 
 
 def default_memory_limit() -> int:

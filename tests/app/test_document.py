@@ -9,7 +9,7 @@ import pytest
 from PySide6.QtWidgets import QMessageBox
 
 from app import commands
-from engine.ir.types import TensorType
+from nodes.types import TensorType
 from tests.app._helpers import close_window, node_named, open_window, serialized
 
 pytestmark = pytest.mark.gui

@@ -16,8 +16,8 @@ from app.canvas.layout import layered_layout
 from app.canvas.scene import GraphScene
 from app.canvas.snapshot import take_snapshot
 from app.document import Document
-from engine.ir.types import TensorType
 from nodes import registry
+from nodes.types import TensorType
 from tests.app._helpers import chain_model, residual_cnn, serialized
 
 pytestmark = pytest.mark.gui

@@ -11,7 +11,7 @@ import engine
 from engine.ir import events
 from engine.ir.graph import Graph, GraphError, Node, Value
 from engine.ir.onnx_io import from_onnx, to_onnx
-from engine.ir.types import TensorType
+from nodes.types import TensorType
 from tests.models import tiny_add_mul, with_initializer
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 try:  # bfloat16 / float8 arrive as ml_dtypes' numpy extension types
     import ml_dtypes
@@ -120,3 +120,26 @@ class TensorType:
     def of(array: np.ndarray) -> TensorType:
         """The static type of a concrete array."""
         return TensorType(np.asarray(array).dtype, tuple(int(d) for d in np.shape(array)))
+
+
+class ConversionError(ValueError):
+    """The protobuf holds something the IR cannot represent (named in the message)."""
+
+
+def tensor_to_array(t: TensorProto) -> np.ndarray:
+    """A TensorProto as a numpy array (external data must already be loaded)."""
+    if t.data_type == TensorProto.STRING:
+        arr = np.array([s.decode("utf-8", errors="replace") for s in t.string_data], dtype=object)
+        return arr.reshape(tuple(t.dims))
+    try:
+        arr = numpy_helper.to_array(t)
+    except Exception as exc:  # onnx raises several exception types for bad tensors
+        raise ConversionError(f"tensor {t.name!r} cannot be read: {exc}") from exc
+    if t.data_type in np_dtype_codes_needing_view():
+        arr = arr.astype(np_dtype(t.data_type)) if arr.dtype != np_dtype(t.data_type) else arr
+    return arr
+
+
+def np_dtype_codes_needing_view() -> set[int]:
+    """Element types whose numpy_helper result may need converting to our dtype."""
+    return {TensorProto.BFLOAT16}
