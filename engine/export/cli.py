@@ -30,7 +30,7 @@ def options_from_args(args: argparse.Namespace):
                         dtype=args.dtype, reduce_range=args.reduce_range)
     return CompileOptions(quant=quant, disabled_passes=tuple(args.disable or ()), pins=_pins(args.pin),
                           allow_synthetic_calibration=args.allow_synthetic_calibration,
-                          analysis_samples=args.analysis_samples)
+                          analysis_samples=args.analysis_samples, vela=bool(getattr(args, "vela", False)))
 
 
 def _from_project(args: argparse.Namespace):
@@ -84,6 +84,9 @@ def cmd_compile(args: argparse.Namespace, out: Out) -> int:
     for d in result.diagnostics:
         if d.severity == "warning":
             out.info(f"warning: {d.message}")
+    if result.vela is not None:
+        v = result.vela
+        out.line(f"vela: {v.total_cycles} cycles ({v.latency_us:.1f} us), {v.npu_ops} NPU ops, {v.cpu_ops} CPU ops")
     out.line(f"wrote {len(hashes)} files to {outdir}: {', '.join(sorted(hashes))}")
     out.line(f"report: {outdir / 'report.html'}")
     return EXIT_OK
@@ -107,5 +110,7 @@ def _add_compile(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--disable", action="append", metavar="PASS", help="switch off an optimizer pass (repeatable)")
     p.add_argument("--pin", action="append", metavar="NODE=npu|cpu", help="force a node's device (repeatable)")
     p.add_argument("--analysis-samples", type=int, default=8)
+    p.add_argument("--vela", action="store_true",
+                   help="run Arm's vela on model.tflite (needs the ethos-u extra); its outputs go to OUTDIR/vela/")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.set_defaults(func=cmd_compile)

@@ -109,3 +109,8 @@ def describe(record: dict[str, Any]) -> str:
         inner = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(attrs.items()))
         return f"{record['op_type']}({inner})"
     return str(record["op_type"])
+
+
+def fused_activation(node: Any) -> dict[str, Any] | None:
+    """The activation record a node carries (None when it has no fused activation)."""
+    return node.meta.get("activation") or None
