@@ -36,6 +36,7 @@ class CompileOptions:
     max_batch: int = 1
     profiling: bool = False
     vela: bool = False
+    require_tflite: bool = False
 
 
 @dataclass
@@ -167,9 +168,14 @@ def compile_model(graph: Graph, target: Any, calibration: CalibrationSet | None 
             from engine.export.tflite_lower import lower
 
             step("tflite", 0, 1)
-            result.tflite = lower(result.quant.graph)
+            try:
+                result.tflite = lower(result.quant.graph)
+            except InputError as exc:
+                if options.require_tflite or options.vela:
+                    raise
+                result.diagnostics.append(Diagnostic(WARNING, None, "no-tflite", f"model.tflite not written: {exc}"))
             step("tflite", 1, 1)
-            if options.vela:
+            if options.vela and result.tflite is not None:
                 from engine.export.tflite import export_bytes
                 from engine.export.vela import run_vela
 

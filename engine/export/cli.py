@@ -30,7 +30,8 @@ def options_from_args(args: argparse.Namespace):
                         dtype=args.dtype, reduce_range=args.reduce_range)
     return CompileOptions(quant=quant, disabled_passes=tuple(args.disable or ()), pins=_pins(args.pin),
                           allow_synthetic_calibration=args.allow_synthetic_calibration,
-                          analysis_samples=args.analysis_samples, vela=bool(getattr(args, "vela", False)))
+                          analysis_samples=args.analysis_samples, vela=bool(getattr(args, "vela", False)),
+                          require_tflite=not getattr(args, "no_tflite", False))
 
 
 def _from_project(args: argparse.Namespace):
@@ -112,5 +113,8 @@ def _add_compile(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--analysis-samples", type=int, default=8)
     p.add_argument("--vela", action="store_true",
                    help="run Arm's vela on model.tflite (needs the ethos-u extra); its outputs go to OUTDIR/vela/")
+    p.add_argument("--no-tflite", action="store_true",
+                   help="for a target that exports TFLite: write the bundle without model.tflite when an op "
+                        "has no TFLite int8 form (a warning instead of an error)")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.set_defaults(func=cmd_compile)

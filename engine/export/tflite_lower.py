@@ -21,7 +21,7 @@ from engine.ir.graph import Graph, Node, Value
 
 NCHW_TO_NHWC = (0, 2, 3, 1)
 AXIS_TO_NHWC = {0: 0, 1: 3, 2: 1, 3: 2}
-ELEMENTWISE = {"Add": "ADD", "Sub": "SUB", "Mul": "MUL", "Max": "MAXIMUM", "Min": "MINIMUM"}
+ELEMENTWISE = {"Add": "ADD", "Sub": "SUB", "Mul": "MUL", "Max": "MAXIMUM", "Min": "MINIMUM", "Sum": "ADD"}
 UNARY = {"HardSwish": "HARD_SWISH", "Sigmoid": "LOGISTIC", "Tanh": "TANH", "Relu": "RELU",
          "LeakyRelu": "LEAKY_RELU"}
 PASS_THROUGH = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout")
@@ -122,8 +122,11 @@ class _Lowering:
                 src = node.inputs[0]
                 if src is not None and src.const is None:
                     self.tensor[node.outputs[0].name] = self.value(src, node)  # type: ignore[union-attr]
+            elif node.op_type == "Shape" and self.shape_only(node):
+                continue  # static shapes: the RESHAPE that reads it takes its shape from the IR
             elif node.op_type not in SUPPORTED or node.domain:
-                raise InputError(f"TFLite export: op {node.op_type} ({node.name!r}) has no TFLite int8 form")
+                raise InputError(f"TFLite export: op {node.op_type} ({node.name!r}) has no TFLite int8 form "
+                                 "(compile --no-tflite writes the bundle without model.tflite)")
             else:
                 getattr(self, f"op_{node.op_type.lower()}", self.op_generic)(node)
         for v in g.outputs:
@@ -133,6 +136,13 @@ class _Lowering:
             self.m.tensors[t].name = v.name
             self.m.outputs.append(t)
         return self.m
+
+    @staticmethod
+    def shape_only(node: Node) -> bool:
+        """True when a Shape node's value only feeds the shape input of Reshape nodes."""
+        out = node.outputs[0]
+        return out is not None and all(u.op_type == "Reshape" and k == 1 for u, k in out.uses()) \
+            and not out.is_graph_output
 
     def quantize(self, q: Node) -> None:
         if q.name in self.done_q:
@@ -354,6 +364,9 @@ class _Lowering:
         self.m.op("CONCATENATION", ins, [y], node.name, axis=axis, activation="NONE")
 
     def _binary(self, node: Node, opcode: str) -> None:
+        if len([v for v in node.inputs if v is not None]) != 2:
+            raise InputError(f"TFLite export: {node.op_type} {node.name!r} with {len(node.inputs)} inputs "
+                             "(TFLite's element-wise ops take two)")
         out = node.outputs[0]
         rank = len(out.type.shape)  # type: ignore[union-attr, arg-type]
         ins = []
@@ -373,6 +386,9 @@ class _Lowering:
                 raise InputError(f"TFLite export: {node.op_type} {node.name!r} broadcasts a lower-rank activation")
             ins.append(t)
         y, _ = self.out_tensor(node)
+        if opcode in ("MAXIMUM", "MINIMUM"):  # LiteRT compares raw int8 values: one (scale, zero point)
+            for t in ins:
+                self._same_params(node, t, y)
         self.m.op(opcode, ins, [y], node.name, activation="NONE")
 
     def _reshape(self, node: Node) -> None:

@@ -281,3 +281,14 @@ class TfliteSimulator:
 
     def k_pad(self, op: TOp, x: np.ndarray, pads: np.ndarray) -> np.ndarray:
         return np.pad(x, [tuple(p) for p in np.asarray(pads)], constant_values=self.t(op, 0, out=True).scalar_zp())
+
+    def k_softmax(self, op: TOp, x: np.ndarray) -> np.ndarray:
+        from engine.sim.tflite_softmax import softmax_int8
+
+        return softmax_int8(x, self.t(op, 0).scalar_scale(), float(op.options.get("beta", 1.0)))
+
+    def k_maximum(self, op: TOp, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.maximum(a, b)
+
+    def k_minimum(self, op: TOp, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.minimum(a, b)

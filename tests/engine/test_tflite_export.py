@@ -121,7 +121,7 @@ def test_reading_model_tflite_back_gives_the_ops_shapes_and_quantization_of_plan
 def test_compile_for_ethos_u55_writes_model_tflite_and_vela_compiles_it_with_no_cpu_ops(tmp_path):
     pytest.importorskip("ethosu.vela")
     out = tmp_path / "out"
-    rc, stdout, err = run_cli(["compile", str(ROOT / "assets/models/digits_cnn.onnx"), "--target", "ethos-u55",
+    rc, _, err = run_cli(["compile", str(ROOT / "assets/models/digits_cnn.onnx"), "--target", "ethos-u55",
                                "--calib", str(ROOT / "assets/data/digits_calib.npz"), "-o", str(out), "--vela",
                                "--quiet", "--analysis-samples", "2"])
     assert rc == 0, err
@@ -187,3 +187,26 @@ def test_target_yaml_with_an_unknown_export_format_names_the_field(tmp_path):
     p.write_text(yaml.safe_dump(doc))
     rc, _, err = run_cli(["simulate", str(ROOT / "assets/models/digits_cnn.onnx"), "--target", str(p)])
     assert rc == 2 and "exports[1]" in err and "coreml" in err
+
+
+def test_a_model_with_dynamic_shapes_is_one_clear_error_and_nothing_is_written(tmp_path):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4, 4], np.eye(4, dtype=np.float32).reshape(-1).tolist())
+    model = helper.make_model(helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g", [x], [y], [w]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, tmp_path / "dyn.onnx")
+    out = tmp_path / "out"
+    rc, _, err = run_cli(["compile", str(tmp_path / "dyn.onnx"), "--target", "ethos-u55",
+                          "--allow-synthetic-calibration", "-o", str(out), "--quiet"])
+    assert rc == 2 and err.startswith("error:") and "dynamic" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_no_tflite_writes_the_bundle_without_model_tflite_and_says_why(tmp_path):
+    out = tmp_path / "out"
+    rc, _, err = run_cli(["compile", str(_sin_model(tmp_path / "sin.onnx")), "--target", "ethos-u55",
+                          "--allow-synthetic-calibration", "-o", str(out), "--quiet", "--no-tflite"])
+    assert rc == 0, err
+    assert not (out / "model.tflite").exists() and (out / "model.qdq.onnx").exists()
+    assert "model.tflite not written" in err and "Sin" in err
