@@ -16,6 +16,7 @@ import numpy as np
 
 from engine.errors import InputError
 from engine.export.tflite_ir import TModel, TTensor
+from engine.export.tflite_lower_ops import LoweringOps
 from engine.ir.fused import fused_activation
 from engine.ir.graph import Graph, Node, Value
 
@@ -26,11 +27,12 @@ UNARY = {"HardSwish": "HARD_SWISH", "Sigmoid": "LOGISTIC", "Tanh": "TANH", "Relu
          "LeakyRelu": "LEAKY_RELU"}
 PASS_THROUGH = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout")
 SUPPORTED = frozenset({"Conv", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalAveragePool",
-                       "Concat", "Softmax", "Clip", *ELEMENTWISE, *UNARY, *PASS_THROUGH})
+                       "Concat", "Softmax", "Clip", "Transpose", "Pad", "Slice", "Split", "Resize",
+                       "ReduceMean", "PRelu", *ELEMENTWISE, *UNARY, *PASS_THROUGH})
 """ONNX ops (between Q/DQ) that have a TFLite int8 form here."""
 
 
-class _Lowering:
+class _Lowering(LoweringOps):
     def __init__(self, graph: Graph) -> None:
         self.g = graph
         self.m = TModel()

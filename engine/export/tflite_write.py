@@ -95,7 +95,24 @@ def _options(b: flatbuffers.Builder, op: TOp) -> tuple[int, int]:
         m.LeakyReluOptionsStart(b)
         m.LeakyReluOptionsAddAlpha(b, o["alpha"])
         return tflite.BuiltinOptions.LeakyReluOptions, m.LeakyReluOptionsEnd(b)
-    simple = {"PAD": "PadOptions", "QUANTIZE": "QuantizeOptions", "DEQUANTIZE": "DequantizeOptions",
+    if code in ("SPLIT", "SPLIT_V"):
+        name = "SplitOptions" if code == "SPLIT" else "SplitVOptions"
+        m = _m(name)
+        getattr(m, f"{name}Start")(b)
+        getattr(m, f"{name}AddNumSplits")(b, o["num_splits"])
+        return getattr(tflite.BuiltinOptions, name), getattr(m, f"{name}End")(b)
+    if code in ("RESIZE_NEAREST_NEIGHBOR", "RESIZE_BILINEAR"):
+        name = "ResizeNearestNeighborOptions" if code == "RESIZE_NEAREST_NEIGHBOR" else "ResizeBilinearOptions"
+        m = _m(name)
+        getattr(m, f"{name}Start")(b)
+        getattr(m, f"{name}AddAlignCorners")(b, bool(o.get("align_corners")))
+        getattr(m, f"{name}AddHalfPixelCenters")(b, bool(o.get("half_pixel_centers")))
+        return getattr(tflite.BuiltinOptions, name), getattr(m, f"{name}End")(b)
+    if code == "STRIDED_SLICE":
+        m = _m("StridedSliceOptions")
+        m.StridedSliceOptionsStart(b)
+        return tflite.BuiltinOptions.StridedSliceOptions, m.StridedSliceOptionsEnd(b)
+    simple = {"PAD": "PadOptions", "TRANSPOSE": "TransposeOptions", "QUANTIZE": "QuantizeOptions", "DEQUANTIZE": "DequantizeOptions",
               "HARD_SWISH": "HardSwishOptions", "MAXIMUM": "MaximumMinimumOptions",
               "MINIMUM": "MaximumMinimumOptions"}
     if code in simple:

@@ -26,7 +26,7 @@ from engine.quant.params import QuantParams, params_from_range
 
 SAME_SCALE_OPS = frozenset({
     "MaxPool", "AveragePool", "GlobalAveragePool", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
-    "Transpose", "Slice", "Split", "Pad", "Identity", "Dropout", "Resize",
+    "Transpose", "Slice", "Split", "Pad", "Identity", "Dropout", "Resize", "ReduceMean",
 })
 """ONNX ops whose TFLite form requires output parameters equal to the input's."""
 

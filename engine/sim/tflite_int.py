@@ -79,7 +79,9 @@ class TfliteSimulator:
             args = [env[i] if i >= 0 and i in env else (self.m.tensors[i].data if i >= 0 else None)
                     for i in op.inputs]
             out = fn(op, *args)
-            env[op.outputs[0]] = out.reshape(self.m.tensors[op.outputs[0]].shape)
+            outs = out if isinstance(out, list) else [out]
+            for k, arr in zip(op.outputs, outs):
+                env[k] = arr.reshape(self.m.tensors[k].shape)
             if hook is not None:
                 hook(op, env[op.outputs[0]])
         return {self.m.tensors[i].name: env[i] for i in self.m.outputs}
@@ -292,3 +294,38 @@ class TfliteSimulator:
 
     def k_minimum(self, op: TOp, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.minimum(a, b)
+
+    def k_transpose(self, op: TOp, x: np.ndarray, perm: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(x.transpose([int(p) for p in perm]))
+
+    def k_strided_slice(self, op: TOp, x: np.ndarray, begin: np.ndarray, end: np.ndarray,
+                        strides: np.ndarray) -> np.ndarray:
+        return x[tuple(slice(int(b), int(e), int(s)) for b, e, s in zip(begin, end, strides))]
+
+    def k_split(self, op: TOp, axis: np.ndarray, x: np.ndarray) -> list[np.ndarray]:
+        return np.split(x, op.options["num_splits"], axis=int(np.ravel(axis)[0]))
+
+    def k_split_v(self, op: TOp, x: np.ndarray, sizes: np.ndarray, axis: np.ndarray) -> list[np.ndarray]:
+        return np.split(x, np.cumsum([int(s) for s in sizes])[:-1], axis=int(np.ravel(axis)[0]))
+
+    def k_resize_nearest_neighbor(self, op: TOp, x: np.ndarray, size: np.ndarray) -> np.ndarray:
+        _n, h, w, _c = x.shape
+        oh, ow = int(size[0]), int(size[1])
+        half = 0.5 if op.options.get("half_pixel_centers") else 0.0
+
+        def src(out_len: int, in_len: int) -> np.ndarray:
+            scale = np.float32(in_len) / np.float32(out_len)
+            idx = np.floor((np.arange(out_len, dtype=np.float32) + np.float32(half)) * scale).astype(np.int64)
+            return np.minimum(idx, in_len - 1)
+
+        return x[:, src(oh, h)][:, :, src(ow, w)]
+
+    def k_prelu(self, op: TOp, x: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+        tx, ta, y = self.t(op, 0), self.t(op, 1), self.t(op, 0, out=True)
+        (m1,), (s1,) = _mq([np.float64(tx.scalar_scale()) / np.float64(y.scalar_scale())])
+        real2 = np.float64(tx.scalar_scale()) * np.float64(ta.scalar_scale()) / np.float64(y.scalar_scale())
+        (m2,), (s2,) = _mq([real2])
+        v = x.astype(np.int64) - tx.scalar_zp()
+        a = np.broadcast_to(alpha.astype(np.int64) - ta.scalar_zp(), v.shape)
+        out = np.where(v >= 0, self.mbqm(v, m1, s1), self.mbqm(v * a, m2, s2)) + y.scalar_zp()
+        return np.clip(out, QMIN, QMAX).astype(np.int8)
