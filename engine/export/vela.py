@@ -91,8 +91,9 @@ def run_vela(tflite_bytes: bytes, model: TModel, vela_cfg: dict[str, str] | None
             why = next((ln for ln in reversed(lines) if "rror" in ln), lines[-1] if lines else "no output")
             raise InputError(f"vela failed on model.tflite (exit {proc.returncode}): {why[:300]}")
         files = {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()}
-    files["vela.log"] = proc.stdout.replace(tmp, ".").encode("utf-8")  # no temporary paths: reproducible
-    return _parse(files, model, proc.stdout)
+    log = (proc.stdout + proc.stderr).replace(tmp, ".")  # no temporary paths: reproducible
+    files["vela.log"] = log.encode("utf-8")
+    return _parse(files, model, log)
 
 
 def _parse(files: dict[str, bytes], model: TModel, log: str) -> VelaResult:

@@ -121,9 +121,9 @@ def test_reading_model_tflite_back_gives_the_ops_shapes_and_quantization_of_plan
 def test_compile_for_ethos_u55_writes_model_tflite_and_vela_compiles_it_with_no_cpu_ops(tmp_path):
     pytest.importorskip("ethosu.vela")
     out = tmp_path / "out"
-    rc, _, err = run_cli(["compile", str(ROOT / "assets/models/digits_cnn.onnx"), "--target", "ethos-u55",
-                               "--calib", str(ROOT / "assets/data/digits_calib.npz"), "-o", str(out), "--vela",
-                               "--quiet", "--analysis-samples", "2"])
+    rc, _, err = run_cli(["compile", str(ROOT / "assets/models/mobilenet_demo.onnx"), "--target", "ethos-u55",
+                          "--calib", str(ROOT / "assets/data/mobilenet_calib.npz"), "-o", str(out), "--vela",
+                          "--quiet", "--analysis-samples", "2"])
     assert rc == 0, err
     manifest = json.loads((out / "manifest.json").read_text())
     assert "model.tflite" in manifest["files"] and "vela/model_per-layer.csv" in manifest["files"]
@@ -131,6 +131,10 @@ def test_compile_for_ethos_u55_writes_model_tflite_and_vela_compiles_it_with_no_
     assert plan["vela"]["cpu_ops"] == 0 and plan["vela"]["npu_ops"] > 0
     assert plan["vela"]["total_cycles"] > 0
     assert any(op.get("vela_cycles", 0) > 0 for op in plan["ops"] if op["op_type"] == "Conv")
+    tflite_ops = {o["op"] for o in plan["tflite"]["ops"]}
+    assert {"CONV_2D", "DEPTHWISE_CONV_2D", "HARD_SWISH", "MUL", "ADD", "AVERAGE_POOL_2D"} <= tflite_ops
+    html = (out / "report.html").read_text()
+    assert "vela beside our estimate" in html and f"{plan['vela']['total_cycles']:,}" in html
 
 
 def _sin_model(path: Path) -> Path:

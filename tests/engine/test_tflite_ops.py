@@ -123,3 +123,17 @@ def test_litert_reference_kernels_equal_our_simulation_and_follow_the_onnx_model
     ref_a, got_a = np.concatenate(ref).ravel(), np.concatenate(got).ravel()
     cos = float(ref_a @ got_a / (np.linalg.norm(ref_a) * np.linalg.norm(got_a) + 1e-12))
     assert cos > 0.98, f"{case}: cosine {cos:.4f} between LiteRT and the FP32 model"
+
+
+@pytest.mark.parametrize("case", ["transpose", "pad", "slice_step2", "split", "resize_nearest", "prelu", "softmax"])
+def test_vela_runs_the_data_movement_ops_on_the_npu(case):
+    pytest.importorskip("ethosu.vela")
+    from engine.export.vela import run_vela
+    from engine.hw.target import resolve_target
+
+    target = resolve_target("ethos-u55")
+    xs = RNG.uniform(-1, 1, (8, 1, 4, 8, 8)).astype(np.float32)
+    r = compile_model(engine.load(_model(case)), target, CalibrationSet.from_arrays(case, {"x": xs}),
+                      CompileOptions(quant=QuantConfig(method="minmax"), analysis_samples=0, require_tflite=True))
+    v = run_vela(export_bytes(r.tflite), r.tflite, target.vela, target.name)
+    assert v.cpu_ops == 0 and v.npu_ops >= 2, v.cpu_reasons
