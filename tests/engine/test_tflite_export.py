@@ -214,3 +214,24 @@ def test_no_tflite_writes_the_bundle_without_model_tflite_and_says_why(tmp_path)
     assert rc == 0, err
     assert not (out / "model.tflite").exists() and (out / "model.qdq.onnx").exists()
     assert "model.tflite not written" in err and "Sin" in err
+
+
+@pytest.mark.slow
+def test_a_zoo_cnn_ppocr_direction_classifier_exports_and_runs_bit_exactly_in_litert():
+    from tests.bench.bench_tflite_zoo import MODELS, _images, _load
+
+    path, shapes, _, mean, std = MODELS["ch_ppocr_cls_mobile"]
+    if not path.exists():
+        pytest.skip("rapidocr models not installed")
+    g = _load(path, shapes)
+    xs = _images([1, 3, 48, 192], mean, std)[:6]
+    r = compile_model(g, "ethos-u55", CalibrationSet.from_arrays("images", {"x": xs}),
+                      CompileOptions(quant=QuantConfig(method="percentile"), analysis_samples=0, require_tflite=True))
+    tm = r.tflite
+    it = _litert(export_bytes(tm), litert.OpResolverType.BUILTIN_REF)
+    sim = TfliteSimulator(tm)
+    out = tm.tensors[tm.outputs[0]].name
+    for i in range(len(xs)):
+        q = quantize_input(tm, "x", xs[i])
+        assert np.array_equal(sim.run({"x": q})[out], _invoke(it, q))
+    assert {"HARD_SWISH", "SOFTMAX", "DEPTHWISE_CONV_2D"} <= {o.opcode for o in tm.ops}
