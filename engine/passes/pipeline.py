@@ -187,7 +187,7 @@ def finalize(graph: Graph) -> None:
     if any(v is not None and v.type.dtype is None for n in graph.nodes for v in n.outputs):
         infer_shapes(graph)
     need = min_ir_version(graph.opset(""))
-    over = set(getattr(graph, "overridable", None) or ())
+    over = set(graph.overridable)
     if any(name not in over for name in graph.initializers):
         need = max(need, 4)
     if graph.ir_version < need:
