@@ -23,6 +23,7 @@ from engine.ir.events import (
     NodeChanged,
     NodeRemoved,
 )
+from engine.ir.fused import FusedActivation
 from nodes.types import TensorType
 
 
@@ -108,8 +109,8 @@ class Value:
 class Node:
     """One operator application. ``attrs`` holds plain Python values (Graph for subgraphs)."""
 
-    __slots__ = ("_inputs", "attr_types", "attrs", "doc_string", "domain", "graph", "meta", "name",
-                 "op_type", "outputs")
+    __slots__ = ("_inputs", "activation", "attr_types", "attrs", "doc_string", "domain", "graph", "meta",
+                 "name", "op_type", "outputs")
 
     def __init__(self, op_type: str, inputs: Iterable[Value | None] = (), outputs: Iterable[Value | None] = (),
                  attrs: dict[str, Any] | None = None, name: str = "", domain: str = "") -> None:
@@ -121,8 +122,12 @@ class Node:
         self.attrs: dict[str, Any] = dict(attrs or {})
         self.attr_types: dict[str, int] = {}
         self.doc_string = ""
-        # Free-form metadata that passes and tools add (e.g. "provenance", "activation", "pin").
+        # Free-form metadata that passes and tools add (e.g. "provenance", "pin"); nothing in it
+        # changes what the node computes.
         self.meta: dict[str, Any] = {}
+        # An activation fused into this op (engine.ir.fused): it does change what the node
+        # computes, so it is typed and validated, and every reader goes through it.
+        self.activation: FusedActivation | None = None
         self.graph: Graph | None = None
 
     @property

@@ -125,7 +125,7 @@ class FoldConstants(Pass):
             except Exception as exc:  # a kernel refusing these constants: keep the node, say why
                 return RuleEvent(rule, node.name, False, reason=f"reference kernel failed: {type(exc).__name__}: {exc}")
             arrays = [res] if isinstance(res, np.ndarray) else [None if a is None else np.asarray(a) for a in res]
-            if node.meta.get("activation") and arrays:
+            if node.activation and arrays:
                 arrays[0] = run_activation(node, arrays[0], ctx.opset)
         name = node.name
         outputs = list(node.outputs)

@@ -122,7 +122,7 @@ def refuse_activations(src: Graph, g: Graph) -> Graph:
     activations as separate, uncalibrated ops. ``src`` is at the fixed point of the
     fuse_activation pass, so running it again restores exactly its fusions.
     """
-    if any(n.meta.get("activation") for n in src.nodes):
+    if any(n.activation for n in src.nodes):
         from engine.passes.fuse_activation import activation_pass
 
         g = activation_pass().call(g).graph
