@@ -211,7 +211,7 @@ class _Lowering(LoweringOps):
         in_shape = self.m.tensors[x].shape
         c_in, c_out = in_shape[3], wq.shape[0]
         y, act = self.out_tensor(node)
-        fused, fold = self._act(act or fused_activation(node), node)
+        fused, fold = self._act(act or _as_record(fused_activation(node)), node)
         ws = np.broadcast_to(np.asarray(ws, np.float32).reshape(-1), (c_out,)).astype(np.float32)
         ws_out = (ws.astype(np.float64) * fold[0]).astype(np.float32) if fold else ws
         b = self._bias(node, 2, c_out, x, ws, fold)
@@ -282,7 +282,7 @@ class _Lowering(LoweringOps):
             raise InputError(f"TFLite export: {node.op_type} {node.name!r} input must be 2-D for FULLY_CONNECTED")
         c_out = wq.shape[0]
         y, act = self.out_tensor(node)
-        fused, fold = self._act(act or fused_activation(node), node)
+        fused, fold = self._act(act or _as_record(fused_activation(node)), node)
         ws = np.broadcast_to(np.asarray(ws, np.float32).reshape(-1), (c_out,)).astype(np.float32)
         ws_out = (ws.astype(np.float64) * fold[0]).astype(np.float32) if fold else ws
         b = self._bias(node, 2, c_out, x, ws, fold)
@@ -422,6 +422,11 @@ class _Lowering(LoweringOps):
         for k, v in list(self.tensor.items()):
             if v == old:
                 self.tensor[k] = new
+
+
+def _as_record(act: Any) -> dict[str, Any] | None:
+    """A fused activation as the ``{"op_type", "attrs"}`` record the lowering reads."""
+    return None if act is None else {"op_type": act.op_type, "attrs": dict(act.attrs)}
 
 
 def _users(node: Node) -> list[Node]:
