@@ -404,19 +404,34 @@ class _Lowering(LoweringOps):
             self._retarget(y, x)
             return
         perm = self.flat_perm.get(x)
-        if len(src.shape) == 4 and (src.shape[1] * src.shape[2] > 1 and src.shape[3] > 1):
-            if len(dst.shape) != 2 or not all(c.op_type in ("Gemm", "MatMul") for c in _users(node)):
-                raise InputError(f"TFLite export: {node.op_type} {node.name!r} reorders an NHWC feature map "
-                                 "(only a flatten into a fully-connected layer is folded)")
-            _n, h, w, c = src.shape
-            perm = np.arange(c * h * w).reshape(c, h, w).transpose(1, 2, 0).reshape(-1)
-        if len(dst.shape) == 4 and dst.shape[3] > 1 and dst.shape[1] * dst.shape[2] > 1:
-            raise InputError(f"TFLite export: {node.op_type} {node.name!r} makes a 4-D feature map from a "
-                             "flat tensor (layout change not supported)")
+        onnx_out = tuple(int(d) for d in node.outputs[0].type.shape)  # type: ignore[union-attr]
+        if _spread(src.shape):  # an NHWC map whose element order differs from ONNX's NCHW
+            if len(dst.shape) == 2 and all(c.op_type in ("Gemm", "MatMul") for c in _users(node)):
+                _n, h, w, c = src.shape  # fold the reordering into the fully-connected weights
+                perm = np.arange(c * h * w).reshape(c, h, w).transpose(1, 2, 0).reshape(-1)
+            else:
+                x = self._transpose(node, x, (0, 3, 1, 2), "nchw")
+                src = self.m.tensors[x]
+        if _spread(dst.shape):  # reshape in NCHW order, then store NHWC
+            t = self.m.add(TTensor(f"{node.name}_nchw_out", onnx_out, "int8", src.scale, src.zero_point))
+            shape = self.m.const(f"{node.name}_shape", np.asarray(onnx_out, np.int32))
+            self.m.op("RESHAPE", [x, shape], [t], node.name, new_shape=list(onnx_out))
+            self._transpose(node, t, (0, 2, 3, 1), "", out=y)
+            return
         shape = self.m.const(f"{node.name}_shape", np.asarray(dst.shape, np.int32))
         self.m.op("RESHAPE", [x, shape], [y], node.name, new_shape=list(dst.shape))
         if perm is not None:
             self.flat_perm[y] = perm
+
+    def _transpose(self, node: Node, x: int, perm: tuple[int, ...], suffix: str, out: int | None = None) -> int:
+        """A TRANSPOSE of tensor ``x`` (same quantization), into ``out`` or a new tensor."""
+        src = self.m.tensors[x]
+        if out is None:
+            out = self.m.add(TTensor(f"{node.name}_{suffix}", tuple(src.shape[p] for p in perm), "int8",
+                                     src.scale, src.zero_point))
+        self.m.op("TRANSPOSE", [x, self.m.const(f"{node.name}_perm{''.join(map(str, perm))}",
+                                                np.asarray(perm, np.int32))], [out], node.name)
+        return out
 
     def _retarget(self, old: int, new: int) -> None:
         for k, v in list(self.tensor.items()):
@@ -427,6 +442,11 @@ class _Lowering(LoweringOps):
 def _as_record(act: Any) -> dict[str, Any] | None:
     """A fused activation as the ``{"op_type", "attrs"}`` record the lowering reads."""
     return None if act is None else {"op_type": act.op_type, "attrs": dict(act.attrs)}
+
+
+def _spread(shape: tuple[int, ...]) -> bool:
+    """True for a 4-D NHWC shape whose memory order differs from the NCHW one (H*W > 1 and C > 1)."""
+    return len(shape) == 4 and shape[1] * shape[2] > 1 and shape[3] > 1
 
 
 def _users(node: Node) -> list[Node]:

@@ -1,6 +1,6 @@
 """int8 TFLite export on the demos and zoo CNNs: LiteRT beside our QDQ model and our simulation.
 
-Run: `python -m tests.bench.bench_tflite_zoo [NAME ...]` (12 samples each). For each model, compiled for ethos-u55
+Run: `python -m tests.bench.bench_tflite_zoo [NAME ...] [--samples N]` (12 samples by default). For each model, compiled for ethos-u55
 with real images (assets/data/images, or the demo's calibration set): the SQNR vs FP32 of the
 QDQ model in onnxruntime (no graph optimizations: QDQ semantics) and of model.tflite in LiteRT
 (reference kernels); the share of int8 output values where our TFLite-rounding simulation equals
@@ -141,6 +141,11 @@ def _has_vela() -> bool:
 
 
 def main(argv: list[str]) -> int:
+    global SAMPLES
+    if "--samples" in argv:
+        k = argv.index("--samples")
+        SAMPLES = int(argv[k + 1])
+        argv = argv[:k] + argv[k + 2:]
     with one_blas_thread():
         for name in argv or list(MODELS):
             measure(name)

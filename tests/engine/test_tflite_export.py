@@ -235,3 +235,9 @@ def test_a_zoo_cnn_ppocr_direction_classifier_exports_and_runs_bit_exactly_in_li
         q = quantize_input(tm, "x", xs[i])
         assert np.array_equal(sim.run({"x": q})[out], _invoke(it, q))
     assert {"HARD_SWISH", "SOFTMAX", "DEPTHWISE_CONV_2D"} <= {o.opcode for o in tm.ops}
+
+
+def test_compiling_twice_gives_the_same_model_tflite_bytes():
+    a, _, _ = _compile("digits_cnn")
+    b, _, _ = _compile("digits_cnn")
+    assert export_bytes(a.tflite) == export_bytes(b.tflite)

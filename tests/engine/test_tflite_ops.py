@@ -68,6 +68,12 @@ CASES = {
                                          coordinate_transformation_mode="asymmetric", nearest_mode="floor")],
                        [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")], 8, "conv"),
     "reduce_mean": ([helper.make_node("ReduceMean", ["a"], ["b"], axes=[2, 3], keepdims=1)], [], 8, "conv"),
+    "reshape_through_nchw": ([helper.make_node("Reshape", ["a", "s3"], ["r"]),
+                              helper.make_node("Reshape", ["r", "s4"], ["b"])],
+                             [_c("s3", [1, 16, 32]), _c("s4", [1, 8, 8, 8])], 8, "conv"),
+    "relu_n1_to_1": ([helper.make_node("Clip", ["a", "m1", "p1"], ["b"])],
+                     [numpy_helper.from_array(np.float32(-1), "m1"), numpy_helper.from_array(np.float32(1), "p1")],
+                     8, "conv"),
     "softmax": ([helper.make_node("Flatten", ["a"], ["f"]), helper.make_node("Gemm", ["f", "wg"], ["g"], transB=1),
                  helper.make_node("Softmax", ["g"], ["y"], axis=-1)], [_w("wg", 10, 512, scale=0.05)], 0, "none"),
 }
