@@ -19,7 +19,7 @@ OP_VERSIONS = {
     "CONCATENATION": 2, "PAD": 2, "TRANSPOSE": 2, "LOGISTIC": 2, "TANH": 2, "HARD_SWISH": 1,
     "RELU": 2, "RELU6": 2, "RELU_N1_TO_1": 2, "LEAKY_RELU": 2, "SOFTMAX": 2, "QUANTIZE": 2,
     "DEQUANTIZE": 2, "STRIDED_SLICE": 2, "SPLIT": 2, "SPLIT_V": 2, "RESIZE_NEAREST_NEIGHBOR": 2,
-    "RESIZE_BILINEAR": 2, "PRELU": 1,
+    "RESIZE_BILINEAR": 2, "PRELU": 1, "TRANSPOSE_CONV": 3,
 }
 """Operator versions LiteRT registers for the int8 forms we write (tensorflow/lite/tools/versioning)."""
 

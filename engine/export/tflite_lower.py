@@ -28,7 +28,7 @@ UNARY = {"HardSwish": "HARD_SWISH", "Sigmoid": "LOGISTIC", "Tanh": "TANH", "Relu
 PASS_THROUGH = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout")
 SUPPORTED = frozenset({"Conv", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalAveragePool",
                        "Concat", "Softmax", "Clip", "Transpose", "Pad", "Slice", "Split", "Resize",
-                       "ReduceMean", "PRelu", *ELEMENTWISE, *UNARY, *PASS_THROUGH})
+                       "ReduceMean", "PRelu", "ConvTranspose", *ELEMENTWISE, *UNARY, *PASS_THROUGH})
 """ONNX ops (between Q/DQ) that have a TFLite int8 form here."""
 
 
@@ -75,7 +75,8 @@ class _Lowering(LoweringOps):
         assert out is not None
         act = None
         cons = out.consumers()
-        if len(cons) == 1 and cons[0].op_type in ("Relu", "Clip") and node.op_type in ("Conv", "Gemm", "MatMul"):
+        if len(cons) == 1 and cons[0].op_type in ("Relu", "Clip") \
+                and node.op_type in ("Conv", "Gemm", "MatMul", "ConvTranspose"):
             act_node = cons[0]
             act = _record(act_node)
             out = act_node.outputs[0]  # type: ignore[assignment]

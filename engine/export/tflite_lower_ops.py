@@ -187,3 +187,42 @@ class LoweringOps:
         alpha = self.m.const(f"{node.name}_alpha", np.ascontiguousarray(qa[0] if rank == 4 else qa), [qp.scale],
                              [int(qp.zero_point)])
         self.m.op("PRELU", [x, alpha], [y], node.name)
+
+    def op_convtranspose(self, node: Node) -> None:
+        x = self.value(node.inputs[0], node)  # type: ignore[attr-defined]
+        w = self.dq_const(node.inputs[1])  # type: ignore[attr-defined]
+        if w is None or w[0].ndim != 4 or int(node.attrs.get("group", 1)) != 1:
+            raise InputError(f"TFLite export: ConvTranspose {node.name!r} needs constant 2-D int8 weights, group 1")
+        wq, ws, wz, _ = w
+        if np.any(wz != 0) or any(d != 1 for d in node.attrs.get("dilations", [1, 1])) \
+                or any(node.attrs.get("output_padding", [0, 0])):
+            raise InputError(f"TFLite export: ConvTranspose {node.name!r} with dilation or output_padding "
+                             "has no TRANSPOSE_CONV form")
+        c_out = wq.shape[1]
+        y, act = self.out_tensor(node)  # type: ignore[attr-defined]
+        fused, fold = self._act(act, node)  # type: ignore[attr-defined]
+        if fold is not None:
+            raise InputError(f"TFLite export: ConvTranspose {node.name!r} with a fused HardSigmoid")
+        ws = np.broadcast_to(np.asarray(ws, np.float32).reshape(-1), (c_out,)).astype(np.float32)
+        b = self._bias(node, 2, c_out, x, ws)  # type: ignore[attr-defined]
+        strides = list(node.attrs.get("strides", [1, 1]))
+        kh, kw = wq.shape[2], wq.shape[3]
+        pads = list(node.attrs.get("pads", [0, 0, 0, 0]))
+        in_shape, out_shape = self.m.tensors[x].shape, self.m.tensors[y].shape
+        padding = None
+        if not any(pads) and all(out_shape[1 + d] == (in_shape[1 + d] - 1) * strides[d] + (kh, kw)[d] for d in range(2)):
+            padding = "VALID"
+        else:
+            ok = True
+            for d, k in enumerate((kh, kw)):
+                total = k - strides[d]
+                ok &= total >= 0 and pads[d] == total // 2 and pads[d + 2] == total - total // 2 \
+                    and out_shape[1 + d] == in_shape[1 + d] * strides[d]
+            padding = "SAME" if ok else None
+        if padding is None:
+            raise InputError(f"TFLite export: ConvTranspose {node.name!r} pads {pads} are neither SAME nor VALID")
+        wt = self.m.const(f"{node.name}_weights", np.ascontiguousarray(wq.transpose(1, 2, 3, 0)), ws,
+                          np.zeros(c_out, np.int64), 0)
+        shape = self.m.const(f"{node.name}_output_shape", np.asarray(out_shape, np.int32))
+        self.m.op("TRANSPOSE_CONV", [shape, wt, x, b], [y], node.name, padding=padding, stride_w=strides[1],
+                  stride_h=strides[0], activation=fused)

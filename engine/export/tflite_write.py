@@ -108,6 +108,14 @@ def _options(b: flatbuffers.Builder, op: TOp) -> tuple[int, int]:
         getattr(m, f"{name}AddAlignCorners")(b, bool(o.get("align_corners")))
         getattr(m, f"{name}AddHalfPixelCenters")(b, bool(o.get("half_pixel_centers")))
         return getattr(tflite.BuiltinOptions, name), getattr(m, f"{name}End")(b)
+    if code == "TRANSPOSE_CONV":
+        m = _m("TransposeConvOptions")
+        m.TransposeConvOptionsStart(b)
+        m.TransposeConvOptionsAddPadding(b, PADDING[o["padding"]])
+        m.TransposeConvOptionsAddStrideW(b, o["stride_w"])
+        m.TransposeConvOptionsAddStrideH(b, o["stride_h"])
+        m.TransposeConvOptionsAddFusedActivationFunction(b, act)
+        return tflite.BuiltinOptions.TransposeConvOptions, m.TransposeConvOptionsEnd(b)
     if code == "STRIDED_SLICE":
         m = _m("StridedSliceOptions")
         m.StridedSliceOptionsStart(b)
@@ -218,7 +226,11 @@ def serialize(model: TModel) -> bytes:
         m.OperatorCodeStart(b)
         m.OperatorCodeAddDeprecatedBuiltinCode(b, min(value, 127))
         m.OperatorCodeAddBuiltinCode(b, value)
-        m.OperatorCodeAddVersion(b, OP_VERSIONS.get(c, 1))
+        version = OP_VERSIONS.get(c, 1)
+        if c == "TRANSPOSE_CONV" and any(o.opcode == c and o.options.get("activation", "NONE") != "NONE"
+                                         for o in model.ops):
+            version = 4  # a fused activation needs TRANSPOSE_CONV v4
+        m.OperatorCodeAddVersion(b, version)
         code_offsets.append(m.OperatorCodeEnd(b))
     codes_vec = vec(code_offsets)
     sub_vec = vec([subgraph])

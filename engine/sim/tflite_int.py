@@ -329,3 +329,29 @@ class TfliteSimulator:
         a = np.broadcast_to(alpha.astype(np.int64) - ta.scalar_zp(), v.shape)
         out = np.where(v >= 0, self.mbqm(v, m1, s1), self.mbqm(v * a, m2, s2)) + y.scalar_zp()
         return np.clip(out, QMIN, QMAX).astype(np.int8)
+
+    def k_transpose_conv(self, op: TOp, shape: np.ndarray, w: np.ndarray, x: np.ndarray,
+                         b: np.ndarray | None) -> np.ndarray:
+        """LiteRT's reference TRANSPOSE_CONV: scatter (x - zp) * w into the output, then requantize."""
+        zp = self.t(op, 2).scalar_zp()
+        n, h, wd, _c = x.shape
+        o, kh, kw, _ = w.shape
+        oh, ow = int(shape[1]), int(shape[2])
+        sh, sw = op.options["stride_h"], op.options["stride_w"]
+        if op.options["padding"] == "SAME":
+            ph, pw = max(((h - 1) * sh + kh - oh) // 2, 0), max(((wd - 1) * sw + kw - ow) // 2, 0)
+        else:
+            ph = pw = 0
+        xs = x.astype(np.float64) - zp
+        full = np.zeros((n, (h - 1) * sh + kh, (wd - 1) * sw + kw, o), np.float64)
+        contrib = np.einsum("nhwc,oijc->nhwijo", xs, w.astype(np.float64))
+        for i in range(kh):
+            for j in range(kw):
+                full[:, i:i + (h - 1) * sh + 1:sh, j:j + (wd - 1) * sw + 1:sw] += contrib[:, :, :, i, j]
+        acc = full[:, ph:ph + oh, pw:pw + ow].astype(np.int64)
+        if b is not None:
+            acc = acc + b.astype(np.int64)
+        tx, tw, y = self.t(op, 2), self.t(op, 1), self.t(op, 0, out=True)
+        eff = [np.float64(tx.scalar_scale()) * np.float64(s) / np.float64(y.scalar_scale())
+               for s in np.asarray(tw.scale, np.float32).reshape(-1)]
+        return self._finish(acc, op, *_mq(eff))

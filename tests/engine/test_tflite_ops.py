@@ -74,6 +74,12 @@ CASES = {
     "relu_n1_to_1": ([helper.make_node("Clip", ["a", "m1", "p1"], ["b"])],
                      [numpy_helper.from_array(np.float32(-1), "m1"), numpy_helper.from_array(np.float32(1), "p1")],
                      8, "conv"),
+    "conv_transpose_same": ([helper.make_node("ConvTranspose", ["a", "wt"], ["b"], strides=[2, 2],
+                                                kernel_shape=[4, 4], pads=[1, 1, 1, 1])],
+                            [_w("wt", 8, 8, 4, 4, scale=0.2)], 8, "conv"),
+    "conv_transpose_valid_relu": ([helper.make_node("ConvTranspose", ["a", "wt"], ["c"], strides=[2, 2]),
+                                   helper.make_node("Relu", ["c"], ["b"])],
+                                  [_w("wt", 8, 8, 3, 3, scale=0.2)], 8, "conv"),
     "softmax": ([helper.make_node("Flatten", ["a"], ["f"]), helper.make_node("Gemm", ["f", "wg"], ["g"], transB=1),
                  helper.make_node("Softmax", ["g"], ["y"], axis=-1)], [_w("wg", 10, 512, scale=0.05)], 0, "none"),
 }
