@@ -77,10 +77,8 @@ class QuantResult:
             "precision": dict(sorted(self.model.node_precision.items())),
             "diagnostics": [d.to_json() for d in self.diagnostics + self.model.diagnostics],
         }
-        mp = self.mixed_precision
-        if mp is not None:
-            doc["mixed_precision"] = {"reached": mp.reached, "raises": mp.steps,
-                                      "output_sqnr_db": round(mp.output_sqnr_db, 3)}
+        if self.mixed_precision is not None:
+            doc["mixed_precision"] = self.mixed_precision.to_json()
         return doc
 
 

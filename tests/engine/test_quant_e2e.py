@@ -157,13 +157,16 @@ def test_mixed_precision_raises_sensitive_layers_until_target(tmp_path):
     assert rc == 0, err
     doc = json.loads((tmp_path / "r.json").read_text())
     mp = doc["mixed_precision"]
-    assert mp["reached"]
-    assert mp["raises"], "the int8 model alone should not reach the target"
-    assert all(r["precision"] == "int16" and r["latency_cost_us"] is not None for r in mp["raises"])
-    raised = {r["node"] for r in mp["raises"]}
+    assert mp["reached"] and mp["target_sqnr_db"] == base_target
+    assert mp["raised"], "the int8 model alone should not reach the target"
+    assert all(r["from"] == "int8" and r["to"] == "int16" and r["latency_us_delta"] is not None for r in mp["raised"])
+    raised = {r["node"] for r in mp["raised"]}
     assert {n for n, p in doc["precision"].items() if p == "int16"} == raised
-    sq = [r["output_sqnr_db"] for r in mp["raises"]]
-    assert sq[-1] >= base_target
+    assert mp["output_sqnr_db"] >= base_target
+    # the gains add up from the int8 figure to the final one, and the latency from int8 to final
+    assert sum(r["db_gain"] for r in mp["raised"]) == pytest.approx(mp["output_sqnr_db"] - mp["start_sqnr_db"], abs=0.01)
+    assert mp["latency_us"]["final"] == pytest.approx(
+        mp["latency_us"]["int8"] + sum(r["latency_us_delta"] for r in mp["raised"]), abs=0.01)
     model = onnx.load(str(tmp_path / "mp.onnx"))
     assert model.opset_import[0].version >= 21  # int16 QDQ needs opset 21
     _session(model).run(None, {"image": np.load(ASSETS / "data" / "mobilenet_calib.npz")["image"][0]})
