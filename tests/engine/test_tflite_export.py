@@ -241,3 +241,15 @@ def test_compiling_twice_gives_the_same_model_tflite_bytes():
     a, _, _ = _compile("digits_cnn")
     b, _, _ = _compile("digits_cnn")
     assert export_bytes(a.tflite) == export_bytes(b.tflite)
+
+
+def test_vela_not_installed_is_one_clear_error_saying_how_to_install(tmp_path, monkeypatch):
+    import engine.export.vela as vela
+
+    monkeypatch.setattr(vela, "vela_available", lambda: False)
+    out = tmp_path / "out"
+    rc, _, err = run_cli(["compile", str(ROOT / "assets/models/digits_cnn.onnx"), "--target", "ethos-u55",
+                          "--calib", str(ROOT / "assets/data/digits_calib.npz"), "-o", str(out), "--vela"])
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert err.startswith("error: --vela needs Arm's vela") and "npu-studio[ethos-u]" in err
+    assert not out.exists()
