@@ -147,8 +147,13 @@ class LoweringOps:
             self.m.op("RESIZE_NEAREST_NEIGHBOR", [x, size], [y], node.name, align_corners=False,
                       half_pixel_centers=True)
             return
+        if mode == "linear" and coord in ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric") \
+                and all(d > 1 for d in dst[1:3]):
+            self.m.op("RESIZE_BILINEAR", [x, size], [y], node.name, align_corners=coord == "align_corners",
+                      half_pixel_centers=coord in ("half_pixel", "pytorch_half_pixel"))
+            return
         raise InputError(f"TFLite export: Resize {node.name!r} ({mode}, {coord}, {nearest}) has no TFLite "
-                         "form here (nearest-neighbour upsampling is supported)")
+                         "form here (nearest-neighbour upsampling and bilinear resizing are supported)")
 
     def op_reducemean(self, node: Node) -> None:
         axes = node.attrs.get("axes")

@@ -114,8 +114,14 @@ def _parse(files: dict[str, bytes], model: TModel, log: str) -> VelaResult:
                            "macs": int(float(r.get("MAC Count") or 0))})
     m_cpu = re.search(r"CPU operators = (\d+)", log)
     m_npu = re.search(r"NPU operators = (\d+)", log)
-    reasons = [ln.strip() for ln in log.splitlines() if "not supported" in ln.lower() or (" - " in ln
-               and "CPU" in ln)][:50]
+    reasons: list[str] = []
+    lines = log.splitlines()
+    for k, ln in enumerate(lines):
+        # vela 5: "Warning (supported operators) operator: OP, ofm: 'NAME'" then "Reason: ..."
+        if ln.startswith("Warning (supported operators)") or "placing on cpu" in ln.lower():
+            why = next((w.strip() for w in lines[k + 1:k + 3] if w.strip().startswith(("Reason:", "- "))), "")
+            reasons.append(ln.strip() + (f" {why}" if why else ""))
+    reasons = reasons[:50]
     return VelaResult(files, summary, layers, int(m_cpu.group(1)) if m_cpu else 0,
                       int(m_npu.group(1)) if m_npu else 0, reasons)
 

@@ -355,3 +355,37 @@ class TfliteSimulator:
         eff = [np.float64(tx.scalar_scale()) * np.float64(s) / np.float64(y.scalar_scale())
                for s in np.asarray(tw.scale, np.float32).reshape(-1)]
         return self._finish(acc, op, *_mq(eff))
+
+    def k_resize_bilinear(self, op: TOp, x: np.ndarray, size: np.ndarray) -> np.ndarray:
+        """LiteRT's integer bilinear resize: 10-bit fixed-point coordinates, raw int8 values."""
+        _n, h, w, _c = x.shape
+        oh, ow = int(size[0]), int(size[1])
+        align, half = bool(op.options.get("align_corners")), bool(op.options.get("half_pixel_centers"))
+
+        def axis(out_len: int, in_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            if align and out_len > 1:
+                scale = ((1 << 10) * (in_len - 1) + (out_len - 1) // 2) // (out_len - 1)
+            else:
+                scale = ((1 << 10) * in_len + out_len // 2) // out_len
+            v = np.arange(out_len, dtype=np.int64) * scale
+            if half:
+                v = v + scale // 2 - (1 << 9)
+            lo = np.maximum(np.where(v >= 0, v >> 10, -((-v) >> 10)), 0)
+            hi = np.minimum((v + (1 << 10) - 1) // (1 << 10), in_len - 1)
+            return v, lo, hi
+
+        yv, y0, y1 = axis(oh, h)
+        xv, x0, x1 = axis(ow, w)
+        xi = x.astype(np.int64)
+        dy = (yv - (1 << 10) * y0)[None, :, None, None]
+        dx = (xv - (1 << 10) * x0)[None, None, :, None]
+        v00 = xi[:, y0][:, :, x0]
+        v10 = xi[:, y1][:, :, x0]
+        v01 = xi[:, y0][:, :, x1]
+        v11 = xi[:, y1][:, :, x1]
+        acc = (v00 * ((1 << 10) - dy) * ((1 << 10) - dx) + v10 * dy * ((1 << 10) - dx)
+               + v01 * ((1 << 10) - dy) * dx + v11 * dy * dx)
+        rnd = np.where(acc > 0, 1 << 19, -(1 << 19))
+        s_ = acc + rnd
+        out = np.where(s_ >= 0, s_ >> 20, -((-s_) >> 20))
+        return np.clip(out, QMIN, QMAX).astype(np.int8)

@@ -67,6 +67,12 @@ CASES = {
     "resize_nearest": ([helper.make_node("Resize", ["a", "", "scales"], ["b"], mode="nearest",
                                          coordinate_transformation_mode="asymmetric", nearest_mode="floor")],
                        [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")], 8, "conv"),
+    "resize_bilinear_half_pixel": ([helper.make_node("Resize", ["a", "", "scales"], ["b"], mode="linear",
+                                                     coordinate_transformation_mode="half_pixel")],
+                                   [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")], 8, "conv"),
+    "resize_bilinear_align_corners": ([helper.make_node("Resize", ["a", "", "", "sizes"], ["b"], mode="linear",
+                                                        coordinate_transformation_mode="align_corners")],
+                                      [_c("sizes", [1, 8, 12, 12])], 8, "conv"),
     "reduce_mean": ([helper.make_node("ReduceMean", ["a"], ["b"], axes=[2, 3], keepdims=1)], [], 8, "conv"),
     "reshape_through_nchw": ([helper.make_node("Reshape", ["a", "s3"], ["r"]),
                               helper.make_node("Reshape", ["r", "s4"], ["b"])],
@@ -149,3 +155,18 @@ def test_vela_runs_the_data_movement_ops_on_the_npu(case):
                       CompileOptions(quant=QuantConfig(method="minmax"), analysis_samples=0, require_tflite=True))
     v = run_vela(export_bytes(r.tflite), r.tflite, target.vela, target.name)
     assert v.cpu_ops == 0 and v.npu_ops >= 2, v.cpu_reasons
+
+
+def test_vela_says_why_it_keeps_an_op_on_the_cpu():
+    pytest.importorskip("ethosu.vela")
+    from engine.export.vela import run_vela
+    from engine.hw.target import resolve_target
+
+    target = resolve_target("ethos-u55")
+    case = "resize_bilinear_align_corners"  # scale factor 11/7: not one vela's Ethos-U resize takes
+    xs = RNG.uniform(-1, 1, (8, 1, 4, 8, 8)).astype(np.float32)
+    r = compile_model(engine.load(_model(case)), target, CalibrationSet.from_arrays(case, {"x": xs}),
+                      CompileOptions(quant=QuantConfig(method="minmax"), analysis_samples=0, require_tflite=True))
+    v = run_vela(export_bytes(r.tflite), r.tflite, target.vela, target.name)
+    assert v.cpu_ops == 1
+    assert len(v.cpu_reasons) == 1 and "RESIZE_BILINEAR" in v.cpu_reasons[0] and "scale-factor" in v.cpu_reasons[0]
