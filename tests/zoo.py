@@ -83,6 +83,7 @@ class ZooEntry:
     make_feed: Callable[[], dict[str, np.ndarray]] = field(repr=False, compare=False)
     note: str = ""  # what the model is, for docs/MODEL_ZOO.md
     heavy: bool = False  # fixed large input: kept out of the test matrix for the time budget
+    tol: float = 1e-3  # max abs error vs onnxruntime, relative to the largest reference value
 
     def feed(self) -> dict[str, np.ndarray]:
         """A deterministic, sensible input for every graph input."""
@@ -115,7 +116,10 @@ ZOO: list[ZooEntry] = [
              "ddddocr captcha recognizer (CNN + LSTM)"),
     ZooEntry("dddd_common_old", "ddddocr", "ddddocr", "common_old.onnx",
              {"input1": (1, 1, 64, 64)}, lambda: {"input1": _image((1, 1, 64, 64))},
-             "ddddocr old recognizer, quantized by onnxruntime (ConvInteger, DynamicQuantizeLSTM)"),
+             "ddddocr old recognizer, quantized by onnxruntime (ConvInteger, DynamicQuantizeLSTM)",
+             # dynamically quantized: onnxruntime's approximate Sigmoid differs from numpy's by
+             # 1 ulp, which flips a few uint8 roundings of the next DynamicQuantizeLinear
+             tol=1e-2),
     ZooEntry("dddd_det", "ddddocr", "ddddocr", "common_det.onnx",
              {}, lambda: {"images": _image((1, 3, 416, 416))},
              "ddddocr captcha character detector (YOLOX-style, fixed 416x416)", heavy=True),
@@ -134,7 +138,7 @@ ZOO: list[ZooEntry] = [
     ZooEntry("silero_vad_half", "silero-vad", "silero_vad", "data/silero_vad_half.onnx",
              {"input": (1, 512), "state": (2, 1, 128)},
              lambda: {"input": _audio(1, 512), "state": _vad_state()},
-             "Silero VAD with float16 weights and activations"),
+             "Silero VAD, compact export (If nodes on the input shape)"),
     ZooEntry("silero_vad_seq", "silero-vad", "silero_vad", "data/silero_vad_16k_sequence.onnx",
              {"input": (4, 576)},
              lambda: {"input": _audio(4, 576), "h": np.zeros((1, 1, 128), np.float32),

@@ -10,13 +10,13 @@ from __future__ import annotations
 import pytest
 
 from tests.zoo import MATRIX, locate
-from tests.zoo_run import COMMANDS, format_matrix, run_matrix
+from tests.zoo_run import COMMANDS, format_matrix, run_cli_subprocess, run_matrix
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def zoo_runs(tmp_path_factory):
+def zoo_runs(tmp_path_factory, qapp):
     present = [e for e in MATRIX if locate(e)[0] is not None]
     runs = run_matrix(present, tmp_path_factory.mktemp("zoo"))
     return {r.entry.name: r for r in runs}
@@ -44,6 +44,13 @@ def test_zoo_model_passes_every_command(entry, zoo_runs):
     row = zoo_runs[entry.name].row
     failures = {c: row.get(c, "missing") for c in COMMANDS if row.get(c) != "ok"}
     assert not failures, f"{entry.name}: {failures}"
+
+
+def test_a_zoo_model_opens_with_the_command_line_in_a_fresh_interpreter(tmp_path):
+    present = [e for e in MATRIX if locate(e)[0] is not None]
+    if not present:
+        pytest.skip("no zoo package is installed")
+    assert run_cli_subprocess(present[0], tmp_path) == "ok"
 
 
 def test_makefile_installs_exactly_the_pinned_zoo_packages():

@@ -157,3 +157,17 @@ def test_external_data_model_loads_from_its_folder(tmp_path):
     onnx.save_model(_conv_model(1), str(one / "m.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
                     location="m.onnx.data", size_threshold=0)
     assert engine.load(one / "m.onnx").initializers["w"].const.shape == (4, 3, 3, 3)
+
+
+def test_symbolic_output_dims_written_as_expressions_are_kept_as_text(tmp_path):
+    """nudenet's exporter writes output dims such as '(floor(height/2 - 1/2) + 1)*...'."""
+    expr = "(floor(floor(height/2 - 1/2)/2) + 1)*(floor(floor(width/2 - 1/2)/2) + 1)"
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, "height", "width"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4, expr])
+    shape = numpy_helper.from_array(np.array([0, 4, -1], np.int64), "s")
+    g = helper.make_graph([helper.make_node("Reshape", ["x", "s"], ["y"], name="r")], "g", [x], [y],
+                          initializer=[shape])
+    path = _save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "e.onnx")
+    rc, out, err = run_cli(["inspect", path, "--json"])
+    assert rc == 0, err
+    assert json.loads(out)["outputs"][0]["shape"] == ["batch", 4, expr]
