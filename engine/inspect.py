@@ -62,7 +62,7 @@ def summarize(graph: Graph) -> dict[str, Any]:
         "unsupported": [{"op_type": op, "domain": dom, "nodes": n, "domain_known": dom in domains}
                         for (dom, op), n in sorted(missing.items())],
         "nodes_without_work": unknown_work,
-        "diagnostics": [d.to_json() for d in getattr(graph, "diagnostics", [])],
+        "diagnostics": [d.to_json() for d in graph.diagnostics],
         "supported_op_count": len(supported),
     }
 

@@ -19,11 +19,19 @@ from typing import Any
 import numpy as np
 
 from nodes.activation import _gelu
-from nodes.conv import _CONV_ATTRS, WINDOW_RULES, conv_geometry, conv_macs, conv_nd, conv_out_shape
+from nodes.conv import (
+    _CONV_ATTRS,
+    WINDOW_RULES,
+    conv_gemm,
+    conv_geometry,
+    conv_macs,
+    conv_nd,
+    conv_out_shape,
+)
 from nodes.matmul import matmul_shape
 from nodes.recurrent import _ACTIVATIONS
 from nodes.registry import register
-from nodes.spec import AttrSpec, NodeContext, OpError, OpSpec, Port, RunContext, Work
+from nodes.spec import AttrSpec, Gemm, NodeContext, OpError, OpSpec, Port, RunContext, Work
 from nodes.types import Dim, TensorType
 
 MS = "com.microsoft"
@@ -76,6 +84,10 @@ class FusedConvSpec(OpSpec):
         if z is not None:
             y = y + z.astype(y.dtype, copy=False)
         return _activate(y, str(ctx.attrs["activation"] or ""), list(ctx.attrs["activation_params"] or []))
+
+    def gemm(self, ctx: NodeContext) -> list[Gemm] | None:
+        """Conv's im2col products (the activation is its epilogue)."""
+        return conv_gemm(ctx)
 
     def work(self, ctx: NodeContext) -> Work:
         """MACs as for Conv."""
@@ -192,6 +204,11 @@ class FusedGemmSpec(OpSpec):
             y = y + c.astype(y.dtype) * y.dtype.type(float(at["beta"]))
         params = [float(at[k]) for k in ("activation_alpha", "activation_beta") if at.get(k) is not None]
         return _activate(y.astype(a.dtype, copy=False), str(at["activation"] or ""), params)
+
+    def gemm(self, ctx: NodeContext) -> list[Gemm] | None:
+        """op(A) (M x K) @ op(B) (K x N)."""
+        m, k, n = self._mkn(ctx)
+        return [Gemm(m, k, n)] if all(isinstance(d, int) for d in (m, k, n)) else None
 
     def work(self, ctx: NodeContext) -> Work:
         """MACs = M * K * N."""

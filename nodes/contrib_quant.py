@@ -27,9 +27,9 @@ from nodes.quant_ops import (
     _centered,
     _col_param,
     _row_param,
-    dequantize,
+    dequantize_linear,
     int_matmul,
-    quantize,
+    quantize_linear,
     requantize,
 )
 from nodes.recurrent import LSTMSpec, _clipper, _RecurrentSpec
@@ -45,11 +45,11 @@ def _scalar(p: np.ndarray | None) -> np.ndarray | None:
 
 
 def _dq(x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None) -> np.ndarray:
-    return dequantize(x, np.asarray(scale, np.float32), zp, np.dtype(np.float32))
+    return dequantize_linear(x, np.asarray(scale, np.float32), zp, np.dtype(np.float32))
 
 
 def _q(y: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, dtype: np.dtype) -> np.ndarray:
-    return quantize(y.astype(np.float32, copy=False), np.asarray(scale, np.float32), zp, dtype)
+    return quantize_linear(y.astype(np.float32, copy=False), np.asarray(scale, np.float32), zp, dtype)
 
 
 def _qtype(ctx: NodeContext, zp_index: int, fallback: int = 0) -> np.dtype | None:

@@ -272,3 +272,32 @@ def test_contrib_quantize_dequantize_match_onnxruntime(op):
     consts = {"s": np.array([0.02, 0.03, 0.05, 0.1], np.float32), "z": np.array([120, 128, 130, 0], np.uint8)}
     m = _model(op, {"x": x}, consts, attrs={"axis": 1})
     _assert_close(*_both(m, {"x": x}), atol=1e-6)
+
+
+def test_fused_conv_and_gemm_cost_like_the_ops_they_replace():
+    from engine.inspect import node_work
+
+    x = _f(1, 3, 8, 8)
+    w = _f(4, 3, 3, 3)
+    conv = engine.load(_typed(_model("Conv", {"x": x}, {"w": w}, attrs={"pads": [1, 1, 1, 1]}), x))
+    fused = engine.load(_typed(_model("FusedConv", {"x": x}, {"w": w},
+                                      attrs={"pads": [1, 1, 1, 1], "activation": "Relu"}), x))
+    assert node_work(fused.nodes[0]).macs == node_work(conv.nodes[0]).macs == 8 * 8 * 4 * 27
+    a = engine.simulate(conv, "phone-npu").to_json()["latency_us"]
+    b = engine.simulate(fused, "phone-npu").to_json()["latency_us"]
+    assert b > 0 and 0.5 * a <= b <= 2 * a
+    a2 = _f(3, 4)
+    gemm = engine.load(_typed(_model("FusedGemm", {"x": a2}, {"b": _f(5, 4)}, attrs={"transB": 1, "activation": "Relu"}), a2))
+    assert node_work(gemm.nodes[0]).macs == 3 * 4 * 5
+
+
+def _typed(model: onnx.ModelProto, x: np.ndarray) -> onnx.ModelProto:
+    """Declare the output type by running onnxruntime once (Conv in the default domain)."""
+    for node in model.graph.node:
+        if node.op_type == "Conv":
+            node.domain = ""
+    out = ort.InferenceSession(model.SerializeToString(), ort.SessionOptions(),
+                               providers=["CPUExecutionProvider"]).run(None, {model.graph.input[0].name: x})
+    for vi, ref in zip(model.graph.output, out):
+        vi.CopyFrom(helper.make_tensor_value_info(vi.name, 1, ref.shape))
+    return model
