@@ -171,3 +171,33 @@ def test_symbolic_output_dims_written_as_expressions_are_kept_as_text(tmp_path):
     rc, out, err = run_cli(["inspect", path, "--json"])
     assert rc == 0, err
     assert json.loads(out)["outputs"][0]["shape"] == ["batch", 4, expr]
+
+
+def _if_model_with_branch_invalid_at(n_name: str) -> onnx.ModelProto:
+    """y = If(flag) then ReduceSum(x, axis 1) else Squeeze(x, axis 1): the else branch is valid only
+    when dim 1 is 1 (as silero VAD's 8 kHz branch is valid only for 256-sample windows)."""
+    one = numpy_helper.from_array(np.array([1], np.int64), "one")
+    then_g = helper.make_graph([helper.make_node("ReduceSum", ["x", "one"], ["t"], keepdims=0, name="sum")],
+                               "then", [], [helper.make_tensor_value_info("t", TensorProto.FLOAT, ["a"])])
+    axes = helper.make_node("Constant", [], ["axes"], value=numpy_helper.from_array(np.array([1], np.int64)),
+                            name="axes")
+    else_g = helper.make_graph([axes, helper.make_node("Squeeze", ["x", "axes"], ["e"], name="sq")], "else", [],
+                               [helper.make_tensor_value_info("e", TensorProto.FLOAT, ["a"])])
+    g = helper.make_graph(
+        [helper.make_node("If", ["flag"], ["y"], then_branch=then_g, else_branch=else_g, name="if")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, n_name]),
+         helper.make_tensor_value_info("flag", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a"])], initializer=[one])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_compile_at_shapes_where_an_if_branch_is_invalid_is_one_clean_error(tmp_path):
+    path = _save(_if_model_with_branch_invalid_at("n"), tmp_path / "if.onnx")
+    np.savez(tmp_path / "c.npz", x=np.ones((1, 2, 3), np.float32), flag=np.ones((1,), bool))
+    out_dir = tmp_path / "bundle"
+    rc, _out, err = run_cli(["compile", path, "--shape", "x=2,3", "--target", "phone-npu",
+                             "--calib", str(tmp_path / "c.npz"), "-o", str(out_dir)])
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith("error:"), err
+    assert "fixed input shapes" in lines[0] and "Squeeze" in lines[0]
+    assert not out_dir.exists()
