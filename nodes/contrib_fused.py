@@ -556,3 +556,9 @@ class MultiHeadAttentionSpec(OpSpec):
         if qs and ks and vs and all(isinstance(d, int) for d in (*qs, *ks, *vs)):
             w.macs = qs[0] * qs[1] * ks[1] * (qs[2] + vs[2])
         return w
+
+
+@register("SimplifiedLayerNormalization", since=1, domain="")
+class SimplifiedLayerNormalizationOnnxSpec(SimplifiedLayerNormalizationSpec):
+    """onnxruntime registers SimplifiedLayerNormalization in the default domain, and its
+    transformer optimizer writes it there; the com.microsoft spelling is the same op."""

@@ -201,3 +201,20 @@ def test_compile_at_shapes_where_an_if_branch_is_invalid_is_one_clean_error(tmp_
     assert rc == 2 and len(lines) == 1 and lines[0].startswith("error:"), err
     assert "fixed input shapes" in lines[0] and "Squeeze" in lines[0]
     assert not out_dir.exists()
+
+
+def test_default_domain_ops_onnx_does_not_define_load_and_are_named_when_run(tmp_path):
+    """onnxruntime's optimizer writes SimplifiedLayerNormalization in the default domain; an op
+    nobody defines loads too, so inspect lists it and running names it."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 8])
+    nodes = [helper.make_node("SimplifiedLayerNormalization", ["x", "s"], ["y"], epsilon=1e-5, name="rms"),
+             helper.make_node("Frobnicate", ["y"], ["z"], name="frob")]
+    g = helper.make_graph(nodes, "g", [x], [z], initializer=[numpy_helper.from_array(np.ones(8, np.float32), "s")])
+    path = _save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "d.onnx")
+    rc, out, err = run_cli(["inspect", path, "--json"])
+    assert rc == 0, err
+    assert json.loads(out)["unsupported_ops"] == ["Frobnicate"]
+    np.savez(tmp_path / "in.npz", x=np.ones((2, 8), np.float32))
+    rc, _out, err = run_cli(["run", path, "--inputs", str(tmp_path / "in.npz"), "--out", str(tmp_path / "o.npz")])
+    assert rc == 2 and err.strip() == "error: op 'Frobnicate' of domain 'ai.onnx' is not supported (1 node uses it)"
