@@ -176,7 +176,7 @@ def _load_extra_commands() -> None:
     # above the engine (the editor's `gui`) register themselves as entry points of the group
     # "npu_studio.commands" in pyproject.toml: engine never names app/ and never imports Qt, and
     # app/cli.py imports Qt only inside its functions, so the CLI works without a display.
-    for mod in ("engine.passes.cli", "engine.quant.cli", "engine.sim.cli", "engine.export.cli"):
+    for mod in ("engine.passes.cli", "engine.quant.cli", "engine.sim.cli", "engine.export.cli", "engine.sweep.cli"):
         importlib.import_module(mod)
     for ep in entry_points(group="npu_studio.commands"):
         try:

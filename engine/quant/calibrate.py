@@ -74,13 +74,16 @@ def tensors_to_observe(graph: Graph, config: QuantConfig) -> list[str]:
 
 def calibrate(graph: Graph, data: CalibrationSet, config: QuantConfig, tensors: list[str] | None = None,
               histograms: bool | None = None, progress: Progress | None = None,
-              cancel: Callable[[], bool] | None = None, batch: int = 16) -> Calibration:
+              cancel: Callable[[], bool] | None = None, batch: int = 16,
+              observers: dict[str, Observer] | None = None) -> Calibration:
     """Observe ``tensors`` (default: every tensor quantization needs) over all samples.
 
     MinMax alone needs only running min/max; any other method (or ``histograms=True``, which
     the GUI asks for to draw thresholds) keeps a 2048-bin histogram per tensor, whose memory
     does not grow with the number of samples. Samples run ``batch`` at a time when the graph
     provably treats them independently (checked on two samples), one at a time otherwise.
+    ``observers`` (tensor name -> fresh observer) replaces the default ones (e.g. histograms whose
+    range a first pass fixed, for sharded calibration: engine.sweep.shard).
     """
     from engine import executor_for
     from engine.sim.feeds import check_feeds
@@ -88,9 +91,12 @@ def calibrate(graph: Graph, data: CalibrationSet, config: QuantConfig, tensors: 
     if len(data) == 0:
         raise InputError(f"{data.source}: no calibration samples")
     names = set(tensors if tensors is not None else tensors_to_observe(graph, config))
+    if observers is not None:
+        names = set(observers)
+        histograms = any(isinstance(o, HistogramObserver) for o in observers.values())
     if histograms is None:
         histograms = config.method != "minmax" or bool(config.method_overrides)
-    stats: dict[str, Observer] = {
+    stats: dict[str, Observer] = dict(observers) if observers is not None else {
         n: HistogramObserver(config.bins) if histograms else MinMaxObserver() for n in names}
     ex = executor_for(graph)
 

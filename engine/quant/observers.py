@@ -41,6 +41,12 @@ class Observer:
             return 0.0, 0.0
         return self.min, self.max
 
+    def merge(self, other: Observer) -> None:
+        """Add what ``other`` saw (another shard of the samples): min, max and count are exact."""
+        self.min = min(self.min, other.min)
+        self.max = max(self.max, other.max)
+        self.count += other.count
+
 
 class MinMaxObserver(Observer):
     """The range is the smallest and largest value seen."""
@@ -78,6 +84,27 @@ class HistogramObserver(Observer):
         idx = (a * (self.bins / self.amax)).astype(np.int64)
         np.minimum(idx, self.bins - 1, out=idx)
         self.hist += np.bincount(idx, minlength=self.bins)
+
+    def preset_range(self, absmax: float) -> None:
+        """Fix the histogram's range from a known max |x| (a first pass over all samples), so it
+        never re-bins: then the counts of any split of the samples add up exactly (see ``merge``)."""
+        if self.count:
+            raise ValueError("preset_range must come before the first update")
+        self.amax = absmax * 1.0001 if absmax > 0 else 0.0
+
+    def merge(self, other: Observer) -> None:
+        """Add another shard's histogram. Exact when both share one preset range (counts are
+        integers held in float64); histograms over different ranges cannot be merged exactly."""
+        if not isinstance(other, HistogramObserver) or other.bins != self.bins:
+            raise ValueError("only histograms with the same number of bins merge")
+        if other.count and self.count and other.amax != self.amax:
+            raise ValueError(f"histograms over different ranges ({self.amax!r} vs {other.amax!r}) do not "
+                             "merge exactly; preset both with the range of all samples")
+        if not self.count:
+            self.amax = other.amax
+        super().merge(other)
+        self.hist = self.hist + other.hist
+        self.zeros += other.zeros
 
     def _widen(self, top: float) -> None:
         new = top * 1.0001
