@@ -23,11 +23,13 @@ def cmd_sweep(args: argparse.Namespace, out: Out) -> int:
     spec = load_spec(args.spec)
 
     def progress(done: int, total: int, failed: int, eta: float | None) -> None:
+        if done == 0:
+            out.info(f"sweep: {total} of {len(spec.points())} points to compute ({len(spec.models)} model(s) x "
+                     f"{len(spec.targets)} hardware configuration(s) x {len(spec.quant)} setting(s))")
+            return
         tail = f", ETA {eta:.0f} s" if eta is not None and done < total else ""
         out.info(f"sweep: {done}/{total} points done, {failed} failed{tail}")
 
-    out.info(f"sweep: {len(spec.points())} points ({len(spec.models)} model(s) x {len(spec.targets)} "
-             f"hardware configuration(s) x {len(spec.quant)} setting(s))")
     try:
         summary = run_sweep(spec, args.out, workers=args.workers, scheduler=args.scheduler, progress=progress)
     except KeyboardInterrupt:

@@ -30,7 +30,7 @@ from engine.sweep.shard import shard_ranges
 from engine.sweep.spec import Point, SweepSpec, TargetVariant
 
 Progress = Callable[[int, int, int, float | None], None]  # done, total, failed, eta seconds
-CONNECT_TIMEOUT_S = 5
+CONNECT_TIMEOUT_S = 3
 _ADDRESS = re.compile(r"^(tcp|tls|inproc|ucx|ws|wss)://[^\s/]+$")
 
 
@@ -57,6 +57,45 @@ def check_address(address: str) -> None:
         raise InputError(f"--scheduler {address}: expected an address like tcp://HOST:PORT")
 
 
+def probe(address: str) -> None:
+    """Ask ``address`` who it is before making a Client (which, given something else than a
+    scheduler, can hang, read garbage or leave a half-made client behind). An address that does
+    not answer as a dask scheduler within CONNECT_TIMEOUT_S seconds is an InputError."""
+    import asyncio
+
+    from distributed.comm import connect as comm_connect
+
+    check_address(address)
+    hostport = address.split("://", 1)[1]
+    if address.startswith(("tcp://", "tls://")) and ":" in hostport:
+        import socket
+
+        host, _, port = hostport.rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
+        except (OSError, ValueError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
+            raise InputError(f"--scheduler {address}: no dask scheduler answers there ({why})") from None
+
+    async def ask() -> object:
+        comm = await comm_connect(address, timeout=CONNECT_TIMEOUT_S)
+        try:
+            await comm.write({"op": "identity"})
+            return await comm.read()
+        finally:
+            comm.abort()
+
+    try:
+        reply = asyncio.run(asyncio.wait_for(ask(), CONNECT_TIMEOUT_S))
+    except Exception as exc:
+        why = (" ".join(str(exc).split())[:120] or type(exc).__name__) if isinstance(exc, (OSError, TimeoutError)) \
+            else "what answered does not speak dask's protocol"
+        raise InputError(f"--scheduler {address}: no dask scheduler answered within {CONNECT_TIMEOUT_S} s "
+                         f"({why})") from None
+    if not isinstance(reply, dict) or reply.get("type") != "Scheduler":
+        raise InputError(f"--scheduler {address}: something answered, but not a dask scheduler")
+
+
 def connect(scheduler: str | None, workers: int) -> tuple[Any, Any]:
     """(client, cluster): join ``scheduler``, or start a LocalCluster of ``workers`` processes
     (cluster is None when joining). A scheduler that does not answer is an InputError after
@@ -65,11 +104,11 @@ def connect(scheduler: str | None, workers: int) -> tuple[Any, Any]:
     from distributed import Client, LocalCluster
 
     if scheduler:
-        check_address(scheduler)
+        probe(scheduler)
         try:
             return Client(scheduler, timeout=f"{CONNECT_TIMEOUT_S}s", set_as_default=False), None
-        except (OSError, TimeoutError) as exc:
-            raise InputError(f"--scheduler {scheduler}: no dask scheduler answered within {CONNECT_TIMEOUT_S} s "
+        except Exception as exc:  # it answered the probe, then went away
+            raise InputError(f"--scheduler {scheduler}: cannot join the dask cluster "
                              f"({str(exc).splitlines()[0][:120]})") from None
     if workers < 1:
         raise InputError(f"--workers must be at least 1, got {workers}")
@@ -180,16 +219,42 @@ def _compute(client: Any, todo: list[Point], spec: SweepSpec, out: Path, results
         calibrations[key] = client.submit(worker.finish_calibration, stats, m)
 
     attempt: dict[Any, tuple[Point, int]] = {}
+    waiting = {fut: key for key, fut in calibrations.items()}
 
     def submit(p: Point, n: int) -> Any:
         fut = client.submit(worker.run_point, p, calibrations[p.model.key], key=f"point-{p.key}-{n}", pure=False)
         attempt[fut] = (p, n)
         return fut
 
-    ac = as_completed([submit(p, 0) for p in todo], loop=client.loop)
+    def report() -> None:
+        if progress is not None:
+            elapsed = time.perf_counter() - start
+            left = total - summary.computed
+            progress(summary.computed, total, summary.failed,
+                     elapsed / summary.computed * left if summary.computed else None)
+
+    ac = as_completed(list(waiting), loop=client.loop)
     total, start = len(todo), time.perf_counter()
+    if progress is not None:
+        progress(0, total, 0, None)
     try:
         for fut in ac:
+            if fut in waiting:  # a model's merged calibration: now its points can start anywhere
+                key = waiting.pop(fut)
+                mine = [p for p in todo if p.model.key == key]
+                if fut.status == "finished":
+                    with contextlib.suppress(Exception):  # a copy on every worker: points spread freely
+                        client.replicate([fut])
+                    for p in mine:
+                        ac.add(submit(p, 0))
+                    continue
+                text = _error_text(fut.exception())
+                for p in mine:
+                    results.add({**base_row(p, out), "error": f"calibration failed: {text}"})
+                    summary.computed += 1
+                    summary.failed += 1
+                report()
+                continue
             p, n = attempt.pop(fut)
             if fut.status == "finished":
                 results.add({**base_row(p, out), **fut.result(), "error": None})
@@ -201,12 +266,8 @@ def _compute(client: Any, todo: list[Point], spec: SweepSpec, out: Path, results
                 results.add({**base_row(p, out), "error": _error_text(fut.exception())})
                 summary.computed += 1
                 summary.failed += 1
-            if progress is not None:
-                elapsed = time.perf_counter() - start
-                left = total - summary.computed
-                progress(summary.computed, total, summary.failed,
-                         elapsed / summary.computed * left if summary.computed else None)
+            report()
     except BaseException:
-        for f in list(attempt):
+        for f in [*attempt, *waiting]:
             f.cancel()
         raise
