@@ -10,6 +10,10 @@ depend on the order the samples came in. Sharded histograms therefore take two p
    value falls into the same bin whichever shard sees it, and the merged counts (integers in
    float64, exact below 2**53) equal those of one process over all samples.
 
+Samples run one at a time (calibrate's ``batch=1``): a batched run sums in another order in
+BLAS and changes activations in the last bits, so a sample's values would depend on the shard
+it fell in. One at a time, every sample gives the same bits wherever it runs.
+
 The same two functions run in one process (``calibrate_sharded`` with no client) and on dask
 workers (``engine.sweep.runner``), so the scales are identical by construction; a test checks it.
 """
@@ -41,7 +45,7 @@ def minmax_pass(graph: Graph, data: CalibrationSet, start: int, stop: int,
     config = config or QuantConfig()
     names = tensors_to_observe(graph, config)
     obs: dict[str, Observer] = {n: MinMaxObserver() for n in names}
-    return calibrate(graph, subset(data, start, stop), config, observers=obs).stats
+    return calibrate(graph, subset(data, start, stop), config, observers=obs, batch=1).stats
 
 
 def histogram_pass(graph: Graph, data: CalibrationSet, start: int, stop: int, ranges: dict[str, Observer],
@@ -53,7 +57,7 @@ def histogram_pass(graph: Graph, data: CalibrationSet, start: int, stop: int, ra
         h = HistogramObserver(config.bins)
         h.preset_range(max(abs(mm.min), abs(mm.max)) if mm.count else 0.0)
         obs[name] = h
-    return calibrate(graph, subset(data, start, stop), config, observers=obs).stats
+    return calibrate(graph, subset(data, start, stop), config, observers=obs, batch=1).stats
 
 
 def merge_stats(parts: Sequence[dict[str, Observer]]) -> dict[str, Observer]:
