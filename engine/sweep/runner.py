@@ -208,6 +208,11 @@ def _compute(client: Any, todo: list[Point], spec: SweepSpec, out: Path, results
     models = {p.model.key: p.model for p in todo}
     sizes = dict(zip(models, client.gather([client.submit(worker.calib_size, m, pure=False)
                                             for m in models.values()])))
+    first = {}
+    for p in todo:
+        first.setdefault(p.model.key, p)
+    n_eval = dict(zip(first, client.gather([client.submit(worker.eval_samples, p, pure=False)
+                                            for p in first.values()])))
     calibrations = {}
     for key, m in models.items():
         hist = any(p.quant.method != "minmax" for p in todo if p.model.key == key)
@@ -222,7 +227,13 @@ def _compute(client: Any, todo: list[Point], spec: SweepSpec, out: Path, results
     waiting = {fut: key for key, fut in calibrations.items()}
 
     def submit(p: Point, n: int) -> Any:
-        fut = client.submit(worker.run_point, p, calibrations[p.model.key], key=f"point-{p.key}-{n}", pure=False)
+        cal = calibrations[p.model.key]
+        errors = None
+        shards = shard_ranges(n_eval[p.model.key], spec.shard_samples)
+        if len(shards) > 1 and p.quant.target_sqnr is None:  # a big held-out set: its shards on all workers
+            errors = [client.submit(worker.error_shard, p, cal, lo, hi, key=f"errors-{p.key}-{n}-{lo}", pure=False)
+                      for lo, hi in shards]
+        fut = client.submit(worker.run_point, p, cal, errors, key=f"point-{p.key}-{n}", pure=False)
         attempt[fut] = (p, n)
         return fut
 

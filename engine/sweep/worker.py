@@ -99,10 +99,60 @@ def _worst(outputs: dict) -> tuple[float, float]:
     return min(s.sqnr_db for s in outputs.values()), min(s.cosine for s in outputs.values())
 
 
-def run_point(point: Point, calibration: Calibration) -> dict[str, Any]:
-    """Quantize and simulate one point; returns the measured fields of its results.csv row."""
-    from engine.quant.analysis import analyze
+def _config(point: Point, target: Any) -> Any:
     from engine.quant.config import QuantConfig
+
+    q = point.quant
+    cfg = QuantConfig(method=q.method, per_channel=q.per_channel, symmetric=q.symmetric, dtype=q.dtype)
+    if target.npu.precision != cfg.dtype and cfg.dtype == "int8":  # as compile does
+        cfg = dataclasses.replace(cfg, dtype=target.npu.precision)
+    return cfg
+
+
+def eval_samples(point: Point) -> int:
+    """How many samples a point's error figures are measured on."""
+    _, calib, ev = prepared(point.model)
+    return min(point.model.eval_samples, len(ev if ev is not None else calib))
+
+
+def error_shard(point: Point, calibration: Calibration, start: int, stop: int) -> dict[str, Any]:
+    """Output error statistics (ErrorStats per output: sums, mergeable) of one shard of the
+    evaluation samples; the sweep splits a big held-out set over the workers this way."""
+    from engine.quant.analysis import analyze
+    from engine.quant.qdq import build_qdq
+
+    graph, calib, ev = prepared(point.model)
+    target = point.target.target()
+    if target.npu.precision not in INTEGER_PRECISIONS:
+        return {}
+    data = shard.subset(ev if ev is not None else calib, start, stop)
+    qm = build_qdq(graph, calibration, _config(point, target))
+    return analyze(graph, qm, data, stop - start, outputs_only=True).outputs
+
+
+def merge_errors(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Merge error statistics of consecutive shards, in shard order (float sums: the same order
+    gives the same bits whichever workers computed the shards)."""
+    from engine.quant.analysis import ErrorStats
+
+    out: dict[str, ErrorStats] = {}
+    for part in parts:
+        for name, st in part.items():
+            acc = out.setdefault(name, ErrorStats())
+            acc.ref2 += st.ref2
+            acc.err2 += st.err2
+            acc.q2 += st.q2
+            acc.dot += st.dot
+            acc.max_abs = max(acc.max_abs, st.max_abs)
+    return out
+
+
+def run_point(point: Point, calibration: Calibration, errors: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Quantize and simulate one point; returns the measured fields of its results.csv row.
+
+    ``errors``: the point's output error statistics computed in shards (``error_shard``); without
+    them the error is measured here on the evaluation samples."""
+    from engine.quant.analysis import analyze
     from engine.quant.qdq import build_qdq
     from engine.sim.timeline import simulate
 
@@ -114,17 +164,18 @@ def run_point(point: Point, calibration: Calibration) -> dict[str, Any]:
     latency = float(sim.latency_us)
     sqnr = cosine = None
     if target.npu.precision in INTEGER_PRECISIONS:
-        cfg = QuantConfig(method=q.method, per_channel=q.per_channel, symmetric=q.symmetric, dtype=q.dtype)
-        if target.npu.precision != cfg.dtype and cfg.dtype == "int8":  # as compile does
-            cfg = dataclasses.replace(cfg, dtype=target.npu.precision)
+        cfg = _config(point, target)
         data = ev if ev is not None else calib
         n = point.model.eval_samples
-        qm = build_qdq(graph, calibration, cfg)
-        if q.target_sqnr is None:
+        if errors is not None and q.target_sqnr is None:
+            sqnr, cosine = _worst(merge_errors(errors))
+        elif q.target_sqnr is None:
+            qm = build_qdq(graph, calibration, cfg)
             sqnr, cosine = _worst(analyze(graph, qm, data, n, outputs_only=True).outputs)
         else:
             from engine.quant.mixed import auto_mixed_precision, latency_cost_from_sim
 
+            qm = build_qdq(graph, calibration, cfg)
             full = analyze(graph, qm, data, n)
             ranking = [le.node for le in full.sensitivity()]
             mp = auto_mixed_precision(graph, data, cfg, calibration, ranking, target_sqnr_db=q.target_sqnr,

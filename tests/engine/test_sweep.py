@@ -94,6 +94,19 @@ def test_histograms_over_different_ranges_refuse_to_merge():
         a.merge(b)
 
 
+def test_a_held_out_set_measured_in_shards_gives_the_error_of_one_pass(tmp_path, cluster):
+    spec = load_spec(_digits_spec(tmp_path, methods=("percentile",), sram=(48,), eval_samples=64))
+    point = spec.points()[0]
+    graph, data, _ = worker.prepared(point.model)
+    cal = shard.calibrate_sharded(graph, data, histograms=True, shard_samples=16)
+    parts = cluster.gather([cluster.submit(worker.error_shard, point, cal, lo, hi, pure=False)
+                            for lo, hi in shard.shard_ranges(64, 16)])
+    sharded = worker.run_point(point, cal, parts)
+    whole = worker.run_point(point, cal)
+    assert sharded["output_sqnr_db"] == pytest.approx(whole["output_sqnr_db"], abs=1e-3)
+    assert sharded["cosine"] == pytest.approx(whole["cosine"], abs=1e-6)
+
+
 # -- the acceptance spec --------------------------------------------------------------------------
 def test_two_workers_give_the_numbers_of_one_worker_on_two_real_models(tmp_path, cluster):
     spec = load_spec(acceptance_spec(tmp_path))
