@@ -17,7 +17,7 @@ Memory time is DRAM traffic over bandwidth plus one access latency. Weights are 
 (over their own port when the target has one, e.g. flash). A GEMM whose operands do not fit
 the SRAM tile budget re-fetches activations once per weight chunk. Intermediates that the
 placement keeps on chip (a fused chain whose tensor fits the residency budget) cost no
-traffic. A fused activation (``node.meta["activation"]``) is a free epilogue.
+traffic. A fused activation (``node.activation``) is a free epilogue.
 
 Latency = max(compute, memory) + per-op overhead; ``bound`` names the largest term (vela's
 roofline). CPU ops use the same roofline with the CPU's peak GFLOPS and bandwidth. Layout or

@@ -142,7 +142,7 @@ def _isolated_output(qm: QuantizedModel, fp_graph: Graph, node_name: str, env: d
         args.append(x)
     res = spec.reference(RunContext(node, spec.resolve_attrs(node), fp_graph.opset(spec.domain)), *args)
     out = res if isinstance(res, np.ndarray) else np.asarray(next(iter(res)))
-    if node.meta.get("activation"):
+    if node.activation:
         out = run_activation(node, out, fp_graph.opset(""))
     name = node.outputs[0].name  # type: ignore[union-attr]
     if name in qm.activations and precision not in FLOAT_PRECISIONS:

@@ -122,7 +122,7 @@ def refuse_activations(src: Graph, g: Graph) -> Graph:
     activations as separate, uncalibrated ops. ``src`` is at the fixed point of the
     fuse_activation pass, so running it again restores exactly its fusions.
     """
-    if any(n.meta.get("activation") for n in src.nodes):
+    if any(n.activation for n in src.nodes):
         from engine.passes.fuse_activation import activation_pass
 
         g = activation_pass().call(g).graph
@@ -278,6 +278,6 @@ def build_qdq(graph: Graph, calib: Calibration, config: QuantConfig) -> Quantize
                 user.set_input(idx, dq)
     # Float weights replaced by their quantized copies are dropped.
     for name, v in list(g.initializers.items()):
-        if not v.uses() and not v.is_graph_output and name not in getattr(g, "overridable", ()):
+        if not v.uses() and not v.is_graph_output and name not in g.overridable:
             g.remove_initializer(name)
     return res

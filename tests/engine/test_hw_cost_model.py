@@ -8,6 +8,7 @@ import pytest
 
 from engine.hw.cost_model import CostModel, fold_cycles, gemm_shapes
 from engine.hw.target import resolve_target
+from engine.ir.fused import FusedActivation
 from engine.place.support import GraphFacts
 from engine.sim.timeline import SimOptions, simulate
 from tests.engine.sim_graphs import chain, conv_graph, every_op_target, make_target, matmul_sandwich
@@ -126,7 +127,7 @@ def test_fused_chain_keeps_intermediate_on_chip():
 def test_fused_activation_is_a_free_epilogue():
     plain = conv_graph(relu=False)
     fused = conv_graph(relu=False)
-    fused.node_by_name("conv").meta["activation"] = {"op_type": "Relu", "attrs": {}, "names": ["relu"]}
+    fused.node_by_name("conv").activation = FusedActivation("Relu", names=("relu",))
     a = simulate(plain, resolve_target("phone-npu"))
     b = simulate(fused, resolve_target("phone-npu"))
     assert b.latency_us == pytest.approx(a.latency_us)
