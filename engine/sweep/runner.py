@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from distributed.diagnostics.plugin import WorkerPlugin
 
 from engine.errors import InputError
 from engine.sweep import worker
@@ -96,6 +97,24 @@ def probe(address: str) -> None:
         raise InputError(f"--scheduler {address}: something answered, but not a dask scheduler")
 
 
+class IgnoreInterrupt(WorkerPlugin):
+    """Worker plugin of our own LocalCluster: Ctrl+C in a terminal signals the whole process group,
+    and the workers would each die with a KeyboardInterrupt traceback. Only this process handles
+    it (cancel, keep the rows, close the cluster); restarted workers get the plugin again."""
+
+    name = "npu-studio-ignore-sigint"
+
+    def setup(self, worker: Any) -> None:
+        """Ignore SIGINT in the worker process."""
+        import signal
+
+        with contextlib.suppress(ValueError):  # not the main thread: nothing to do
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def teardown(self, worker: Any) -> None:
+        """Nothing to undo."""
+
+
 def connect(scheduler: str | None, workers: int) -> tuple[Any, Any]:
     """(client, cluster): join ``scheduler``, or start a LocalCluster of ``workers`` processes
     (cluster is None when joining). A scheduler that does not answer is an InputError after
@@ -113,9 +132,11 @@ def connect(scheduler: str | None, workers: int) -> tuple[Any, Any]:
     if workers < 1:
         raise InputError(f"--workers must be at least 1, got {workers}")
     with dask.config.set({"distributed.scheduler.allowed-failures": 1}):
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
                                silence_logs=logging.ERROR)
-    return Client(cluster, set_as_default=False), cluster
+    client = Client(cluster, set_as_default=False)
+    client.register_plugin(IgnoreInterrupt())
+    return client, cluster
 
 
 def target_file(outdir: Path, variant: TargetVariant) -> Path:
@@ -206,17 +227,25 @@ def _compute(client: Any, todo: list[Point], spec: SweepSpec, out: Path, results
     from distributed import as_completed
 
     models = {p.model.key: p.model for p in todo}
-    sizes = dict(zip(models, client.gather([client.submit(worker.calib_size, m, pure=False)
-                                            for m in models.values()])))
-    first = {}
+    probes = {key: client.submit(worker.sizes, m, pure=False) for key, m in models.items()}
+    sizes: dict[str, tuple[int, int]] = {}
+    broken: dict[str, str] = {}  # model key -> why its model or data cannot be used
+    for key, fut in probes.items():
+        try:
+            sizes[key] = fut.result()
+        except Exception as exc:
+            broken[key] = _error_text(exc)
     for p in todo:
-        first.setdefault(p.model.key, p)
-    n_eval = dict(zip(first, client.gather([client.submit(worker.eval_samples, p, pure=False)
-                                            for p in first.values()])))
+        if p.model.key in broken:
+            results.add({**base_row(p, out), "error": broken[p.model.key]})
+            summary.computed += 1
+            summary.failed += 1
+    todo = [p for p in todo if p.model.key not in broken]
+    models = {k: m for k, m in models.items() if k not in broken}
     calibrations = {}
     for key, m in models.items():
         hist = any(p.quant.method != "minmax" for p in todo if p.model.key == key)
-        ranges = shard_ranges(sizes[key], spec.shard_samples)
+        ranges = shard_ranges(sizes[key][0], spec.shard_samples)
         stats = client.submit(worker.merge, [client.submit(worker.minmax_shard, m, lo, hi) for lo, hi in ranges])
         if hist:
             stats = client.submit(worker.merge, [client.submit(worker.histogram_shard, m, lo, hi, stats)
@@ -229,7 +258,7 @@ def _compute(client: Any, todo: list[Point], spec: SweepSpec, out: Path, results
     def submit(p: Point, n: int) -> Any:
         cal = calibrations[p.model.key]
         errors = None
-        shards = shard_ranges(n_eval[p.model.key], spec.shard_samples)
+        shards = shard_ranges(sizes[p.model.key][1], spec.shard_samples)
         if len(shards) > 1 and p.quant.target_sqnr is None:  # a big held-out set: its shards on all workers
             errors = [client.submit(worker.error_shard, p, cal, lo, hi, key=f"errors-{p.key}-{n}-{lo}", pure=False)
                       for lo, hi in shards]
@@ -244,10 +273,12 @@ def _compute(client: Any, todo: list[Point], spec: SweepSpec, out: Path, results
             progress(summary.computed, total, summary.failed,
                      elapsed / summary.computed * left if summary.computed else None)
 
-    ac = as_completed(list(waiting), loop=client.loop)
-    total, start = len(todo), time.perf_counter()
+    total, start = summary.computed + len(todo), time.perf_counter()
     if progress is not None:
         progress(0, total, 0, None)
+        if summary.computed:
+            progress(summary.computed, total, summary.failed, None)
+    ac = as_completed(list(waiting), loop=client.loop)
     try:
         for fut in ac:
             if fut in waiting:  # a model's merged calibration: now its points can start anywhere

@@ -43,9 +43,11 @@ def prepared(model: ModelSpec) -> tuple[Graph, CalibrationSet, CalibrationSet | 
     return _prepared[model.key]
 
 
-def calib_size(model: ModelSpec) -> int:
-    """Number of calibration samples the sweep uses for this model."""
-    return len(prepared(model)[1])
+def sizes(model: ModelSpec) -> tuple[int, int]:
+    """(calibration samples, evaluation samples) the sweep uses for this model (loading it here
+    also checks the model and its data: an error fails this model's points, not the sweep)."""
+    _, calib, ev = prepared(model)
+    return len(calib), min(model.eval_samples, len(ev if ev is not None else calib))
 
 
 def minmax_shard(model: ModelSpec, start: int, stop: int) -> dict[str, Observer]:
@@ -107,12 +109,6 @@ def _config(point: Point, target: Any) -> Any:
     if target.npu.precision != cfg.dtype and cfg.dtype == "int8":  # as compile does
         cfg = dataclasses.replace(cfg, dtype=target.npu.precision)
     return cfg
-
-
-def eval_samples(point: Point) -> int:
-    """How many samples a point's error figures are measured on."""
-    _, calib, ev = prepared(point.model)
-    return min(point.model.eval_samples, len(ev if ev is not None else calib))
 
 
 def error_shard(point: Point, calibration: Calibration, start: int, stop: int) -> dict[str, Any]:

@@ -42,7 +42,7 @@ def main() -> None:
         times, rows = {}, {}
         for workers in (1, 2, 1, 2):  # interleaved, twice: load from other users hits both alike
             t = time.perf_counter()
-            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0")
             client = Client(cluster, set_as_default=False)
             started = time.perf_counter() - t
             out = folder / f"out{workers}"

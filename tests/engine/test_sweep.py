@@ -34,7 +34,7 @@ FIGURES = ("latency_us", "npu_ops", "cpu_ops", "sram_peak_kib", "output_sqnr_db"
 
 @pytest.fixture(scope="module")
 def cluster():
-    c = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    c = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0")
     client = Client(c, set_as_default=False)
     yield client
     client.close()
@@ -112,7 +112,7 @@ def test_two_workers_give_the_numbers_of_one_worker_on_two_real_models(tmp_path,
     spec = load_spec(acceptance_spec(tmp_path))
     assert len(spec.points()) == 8
     two = run_sweep(spec, tmp_path / "two", client=cluster)
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as c1, \
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0") as c1, \
             Client(c1, set_as_default=False) as one_client:
         one = run_sweep(spec, tmp_path / "one", client=one_client)
     assert (two.computed, two.failed, one.computed, one.failed) == (8, 0, 8, 0)
@@ -146,7 +146,7 @@ def test_resume_after_deleting_three_rows_computes_exactly_three_points(tmp_path
 
 def test_killing_a_worker_mid_sweep_loses_no_row(tmp_path, cluster):
     spec = load_spec(_digits_spec(tmp_path, methods=("minmax", "percentile", "mse", "entropy"),
-                                  sram=(48, 128, 512), eval_samples=96))
+                                  sram=(48, 128, 512), eval_samples=48))
     total = len(spec.points())
     out = tmp_path / "out"
     result: dict = {}
@@ -169,19 +169,20 @@ def test_killing_a_worker_mid_sweep_loses_no_row(tmp_path, cluster):
     assert set(cluster.run(os.getpid).values()) != set(before.values())  # the nanny replaced the dead one
 
 
-def test_ctrl_c_stops_cleanly_keeping_every_finished_row(tmp_path, cluster):
+def test_ctrl_c_stops_cleanly_keeping_every_finished_row(tmp_path):
     spec_path = _digits_spec(tmp_path, methods=("minmax", "percentile", "mse", "entropy"), sram=(48, 128, 512),
-                             eval_samples=96)
+                             eval_samples=48)
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # its own LocalCluster, and SIGINT to the whole process group, as Ctrl+C in a terminal does
     proc = subprocess.Popen([sys.executable, "-m", "engine", "sweep", str(spec_path), "-o", str(out),
-                             "--scheduler", cluster.scheduler.address], cwd=ROOT, env=env,
+                             "--workers", "1"], cwd=ROOT, env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not (out / "results.csv").exists() or not _rows(out / "results.csv"):
         assert proc.poll() is None and time.monotonic() < deadline
         time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
+    os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert err.strip().splitlines()[-1] == "error: interrupted"
@@ -190,8 +191,22 @@ def test_ctrl_c_stops_cleanly_keeping_every_finished_row(tmp_path, cluster):
     header = out.joinpath("results.csv").read_text(encoding="utf-8").splitlines()[0].split(",")
     assert 1 <= len(rows) < 12
     assert all(len(r) == len(header) and r["key"] and r["latency_us"] and not r["error"] for r in rows)
-    rest = run_sweep(load_spec(spec_path), out, client=cluster)
-    assert (rest.computed, rest.skipped) == (12 - len(rows), len(rows))
+    assert (out / "sweep.html").is_file() and not list(out.glob("*.tmp"))
+
+
+def test_a_model_whose_data_does_not_fit_fails_its_points_and_the_sweep_goes_on(tmp_path, cluster):
+    from tests.engine.sweep_util import cls_data
+
+    _, photos = cls_data(tmp_path)  # 3x48x192 photos: not digits_cnn's 1x8x8 input
+    bad = {**digits_entry(tmp_path), "calib": str(photos)}
+    spec = load_spec(write_spec(tmp_path, [digits_entry(tmp_path), bad], ["ethos-u55"],
+                                [{"method": "minmax"}, {"method": "percentile"}]))
+    s = run_sweep(spec, tmp_path / "out", client=cluster)
+    assert (s.points, s.computed, s.failed) == (4, 4, 2)
+    rows = _rows(tmp_path / "out" / "results.csv")
+    failed = [r for r in rows if r["error"]]
+    assert len(failed) == 2 and all("does not fit input 'x'" in r["error"] and not r["latency_us"] for r in failed)
+    assert all(r["latency_us"] and r["output_sqnr_db"] for r in rows if not r["error"])
 
 
 # -- bad input --------------------------------------------------------------------------------------
