@@ -21,6 +21,8 @@ from engine.sweep.spec import ModelSpec, Point
 
 INTEGER_PRECISIONS = ("int8", "uint8", "int16")
 _prepared: dict[str, tuple[Graph, CalibrationSet, CalibrationSet | None]] = {}
+_qdq: dict[str, Any] = {}  # point key -> its QDQ model, for the point's other evaluation shards
+QDQ_CACHE = 4
 
 
 def prepared(model: ModelSpec) -> tuple[Graph, CalibrationSet, CalibrationSet | None]:
@@ -122,7 +124,10 @@ def error_shard(point: Point, calibration: Calibration, start: int, stop: int) -
     if target.npu.precision not in INTEGER_PRECISIONS:
         return {}
     data = shard.subset(ev if ev is not None else calib, start, stop)
-    qm = build_qdq(graph, calibration, _config(point, target))
+    qm = _qdq.pop(point.key, None) or build_qdq(graph, calibration, _config(point, target))
+    _qdq[point.key] = qm  # most recent last
+    while len(_qdq) > QDQ_CACHE:
+        _qdq.pop(next(iter(_qdq)))
     return analyze(graph, qm, data, stop - start, outputs_only=True).outputs
 
 
