@@ -30,8 +30,6 @@ from app.panels.chart_base import make_plot
 from engine.sweep.html import PALETTE, config_label, pareto_front
 from engine.sweep.results import parse_row, read_rows
 
-QUANT_FIELDS = ("method", "per_channel", "dtype")
-
 
 class ApplySweepPointCommand(QUndoCommand):
     """Switch the document to one sweep point's target and quantization setting."""
@@ -166,33 +164,55 @@ class SweepPanel(QDockWidget):
             return False
         r = self.plotted()[index]
         target = str((self.path.parent / r["target_file"]).resolve()) if r.get("target_file") else r["target"]
-        quant = {"method": r["method"], "per_channel": bool(r["per_channel"]), "dtype": r["dtype"]}
-        if r.get("symmetric") in ("True", "true", True):
-            quant["symmetric"] = True
+        quant = {"method": r["method"], "per_channel": bool(r["per_channel"]), "symmetric": bool(r["symmetric"]),
+                 "dtype": r["dtype"]}
         ctl.doc.push(ApplySweepPointCommand(ctl, target, quant, f"{config_label(r, self.varied)}, {r['method']}"))
         return True
 
 
-def install_sweep_panel(window: QMainWindow) -> SweepPanel:
-    """Add the sweep dock (hidden until results are opened) and its menu entries to ``window``."""
+def sweep_panel(window: QMainWindow) -> SweepPanel:
+    """The window's sweep dock, made on first use (a window that never opens sweep results
+    pays nothing for it)."""
     from PySide6.QtCore import Qt
 
+    panel = getattr(window, "_sweep_panel", None)
+    if isinstance(panel, SweepPanel):
+        return panel
     panel = SweepPanel(window)
     window.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, panel)
-    panel.hide()
     analysis = getattr(window, "analysis", None)
     if analysis is not None:
         panel.set_controller(analysis.controller)
-    for act in window.menuBar().actions():
-        menu = act.menu()
-        if menu is None:
-            continue
-        name = act.text().replace("&", "")
-        if name == "Tools":
-            open_act = QAction("Open &Sweep Results…", window)
-            open_act.triggered.connect(panel.open_dialog)
-            menu.addAction(open_act)
-        elif name == "View":
-            menu.addAction(panel.toggleViewAction())
-    window.sweep_panel = panel  # type: ignore[attr-defined]
+    view = _menu(window, "View")
+    if view is not None:
+        view.addAction(panel.toggleViewAction())
+    window._sweep_panel = panel  # type: ignore[attr-defined]
     return panel
+
+
+def open_sweep_results(window: QMainWindow, path: str | Path | None = None) -> SweepPanel:
+    """Show a results.csv in the window's sweep dock (ask for it when ``path`` is None)."""
+    panel = sweep_panel(window)
+    if path is None:
+        panel.show()
+        panel.open_dialog()
+    else:
+        panel.open_results(path)
+    return panel
+
+
+def _menu(window: QMainWindow, title: str) -> Any:
+    for act in window.menuBar().actions():
+        if act.menu() is not None and act.text().replace("&", "") == title:
+            return act.menu()
+    return None
+
+
+def install_sweep_panel(window: QMainWindow) -> None:
+    """Add Tools > Open Sweep Results… to ``window`` (the dock itself is made when first used)."""
+    tools = _menu(window, "Tools")
+    if tools is None:
+        return
+    act = QAction("Open &Sweep Results…", window)
+    act.triggered.connect(lambda: open_sweep_results(window))
+    tools.addAction(act)

@@ -18,7 +18,7 @@ from typing import Any
 from engine.errors import InputError
 
 HEAD = ["model", "target"]
-TAIL = ["method", "per_channel", "dtype", "target_sqnr", "latency_us", "npu_ops", "cpu_ops", "sram_peak_kib",
+TAIL = ["method", "per_channel", "symmetric", "dtype", "target_sqnr", "latency_us", "npu_ops", "cpu_ops", "sram_peak_kib",
         "output_sqnr_db", "cosine", "seconds", "error", "key", "target_file"]
 NUMERIC = ("latency_us", "npu_ops", "cpu_ops", "sram_peak_kib", "output_sqnr_db", "cosine", "seconds", "target_sqnr")
 
@@ -55,6 +55,7 @@ def parse_row(row: dict[str, str]) -> dict[str, Any]:
         except ValueError:
             out[k] = None
     out["per_channel"] = row.get("per_channel") in ("True", "true", "1")
+    out["symmetric"] = row.get("symmetric") in ("True", "true", "1")
     return out
 
 

@@ -161,9 +161,6 @@ def base_row(point: Point, outdir: Path) -> dict[str, Any]:
     row: dict[str, Any] = {"model": point.model.name, "target": point.target.base,
                            **dict(point.target.varied), **point.quant.to_json(), "key": point.key,
                            "target_file": str(target_file(outdir, point.target).relative_to(outdir))}
-    row.pop("symmetric", None)
-    if point.quant.symmetric:
-        row["symmetric"] = True
     return row
 
 

@@ -48,10 +48,11 @@ def digits(qapp, tmp_path_factory):
 
 def test_clicking_a_pareto_point_applies_its_target_and_quantization(digits, tmp_path):
     from app.panels.chart_base import view_point
+    from app.panels.sweep_panel import open_sweep_results
 
     win, dock = digits
-    panel = win.sweep_panel
-    assert panel.open_results(_sweep_results(tmp_path))
+    assert getattr(win, "_sweep_panel", None) is None  # made on first use only
+    panel = open_sweep_results(win, _sweep_results(tmp_path))
     assert panel.isVisible() and len(panel.plotted()) == 4
     assert len(panel._scatter.points()) == 4
     ctl = dock.controller
@@ -75,8 +76,10 @@ def test_clicking_a_pareto_point_applies_its_target_and_quantization(digits, tmp
 
 
 def test_a_file_that_is_not_sweep_results_is_refused_with_a_reason(digits, tmp_path):
+    from app.panels.sweep_panel import sweep_panel
+
     win, _ = digits
     bad = tmp_path / "other.csv"
     bad.write_text("a,b\n1,2\n", encoding="utf-8")
-    assert not win.sweep_panel.open_results(bad)
-    assert "not a sweep results file" in win.sweep_panel.title.text()
+    assert not sweep_panel(win).open_results(bad)
+    assert "not a sweep results file" in sweep_panel(win).title.text()
