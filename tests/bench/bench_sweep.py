@@ -3,8 +3,9 @@
 
 Run: `python -m tests.bench.bench_sweep`. Prints, for each cluster, the wall time of the whole
 `run_sweep` (calibration shards, merge, 8 points; the clusters are started beforehand and their
-start-up is printed apart), the ratio 1-worker / 2-workers, whether both produced the same
-numbers, and the machine load (uptime) before and after. Workers run one BLAS thread each (the
+start-up is printed apart), the task compute time summed over the workers, the ratio
+1-worker / 2-workers, whether both produced the same numbers, and the machine load (uptime)
+before and after. Workers run one BLAS thread each (the
 dask nanny sets OMP/OPENBLAS/MKL_NUM_THREADS=1). The acceptance asks for a ratio >= 1.4 on a
 quiet 2-core machine.
 """
@@ -29,7 +30,7 @@ def _load() -> str:
 
 def main() -> None:
     fresh_blas_env()
-    from distributed import Client, LocalCluster
+    from distributed import Client, LocalCluster, get_task_stream
 
     from engine.sweep.runner import run_sweep
     from engine.sweep.spec import load_spec
@@ -48,18 +49,24 @@ def main() -> None:
             out = folder / f"out{workers}"
             shutil.rmtree(out, ignore_errors=True)
             t = time.perf_counter()
-            summary = run_sweep(spec, out, client=client)
+            with get_task_stream(client=client) as ts:
+                summary = run_sweep(spec, out, client=client)
             dt = time.perf_counter() - t
+            busy = sum(ss["stop"] - ss["start"] for task in ts.data for ss in task["startstops"]
+                       if ss["action"] == "compute")
             client.close()
             cluster.close()
             times.setdefault(workers, []).append(dt)
             rows[workers] = {r["key"]: tuple(str(r.get(k)) for k in FIGURES) for r in summary.rows}
             sys.stdout.write(f"{workers} worker(s): cluster start {started:.1f} s, sweep {dt:.1f} s "
-                             f"({summary.computed} points, {summary.failed} failed)\n")
+                             f"({summary.computed} points, {summary.failed} failed); task compute summed over "
+                             f"workers {busy:.1f} s\n")
         one, two = min(times[1]), min(times[2])
         sys.stdout.write(f"best of 2: 1 worker {one:.1f} s, 2 workers {two:.1f} s, speed-up {one / two:.2f}x "
                          f"(acceptance: >= 1.4x on a quiet machine)\n")
         sys.stdout.write(f"same numbers from 1 and 2 workers: {rows[1] == rows[2]}\n")
+        sys.stdout.write("(the same tasks run in both; when the summed task compute of 2 workers is well above "
+                         "that of 1, the two processes were sharing the CPU of one: a busy machine)\n")
         sys.stdout.write(f"load average after: {_load()}\n")
 
 
