@@ -21,10 +21,10 @@ CLS_SHAPE = (1, 3, 48, 192)
 
 
 def digits_data(folder: Path) -> tuple[Path, Path, Path]:
-    """(model, calibration .npz, held-out eval .npz of 128 samples) of digits_cnn."""
+    """(model, calibration .npz, held-out eval .npz of 512 samples) of digits_cnn."""
     ev = folder / "digits_eval.npz"
     if not ev.exists():
-        x = np.load(ASSETS / "data" / "digits_test.npz")["x"][:128, None].astype(np.float32)
+        x = np.load(ASSETS / "data" / "digits_test.npz")["x"][:512, None].astype(np.float32)
         np.savez(ev, x=x)
     return ASSETS / "models" / "digits_cnn.onnx", ASSETS / "data" / "digits_calib.npz", ev
 
@@ -77,8 +77,8 @@ def cls_entry(folder: Path, samples: int = 4, eval_samples: int = 2) -> dict:
 def acceptance_spec(folder: Path, heavy: bool = False) -> Path:
     """2 real models x 1 target over 2 SRAM sizes x 2 methods: 8 points (digits' error on 32
     held-out samples, in 2 shards). ``heavy`` (the benchmark) measures each point's error on more
-    samples: 128 held-out digits (in 2 shards), 6 photos."""
-    models = ([digits_entry(folder, 128, 128), cls_entry(folder, 6, 6)] if heavy
+    samples: 512 held-out digits (in 8 shards), 6 photos."""
+    models = ([digits_entry(folder, 128, 512), cls_entry(folder, 6, 6)] if heavy
               else [digits_entry(folder, eval_samples=32), cls_entry(folder)])
     return write_spec(folder, models, [{"name": "ethos-u55", "vary": {"npu.sram_kib": [48, 512]}}],
                       [{"method": "minmax"}, {"method": "percentile"}], shard_samples=64 if heavy else 16)
