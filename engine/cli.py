@@ -16,9 +16,10 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from engine.errors import ExecutionError, InputError, ModelError
+from engine.errors import ExecutionError, InputError, InternalError, ModelError
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE = 0, 1, 2
+MAX_ERROR_CHARS = 400
 
 
 class UsageError(Exception):
@@ -43,6 +44,8 @@ class Out:
     def error(self, text: str) -> None:
         """Write the single error line to stderr."""
         first = " ".join(str(text).split("\n")[0].split()) if text else "unknown error"
+        if len(first) > MAX_ERROR_CHARS:  # a safety net: messages quote short excerpts already
+            first = first[:MAX_ERROR_CHARS - 3] + "..."
         self.stderr.write(f"error: {first}\n")
 
     def info(self, text: str) -> None:
@@ -209,8 +212,10 @@ def main(argv: Sequence[str] | None = None, out: Out | None = None) -> int:
         return 130
     except SystemExit as exc:  # argparse --help
         return int(exc.code or 0)
-    except Exception as exc:
-        out.stderr.write(f"internal error: {type(exc).__name__}: {exc} (please report; --debug shows where)\n")
+    except Exception as exc:  # InternalError (a kernel bug) or any other bug of ours: exit 1
+        what = str(exc) if isinstance(exc, InternalError) else f"{type(exc).__name__}: {exc}"
+        what = " ".join(what.split())[:MAX_ERROR_CHARS]
+        out.stderr.write(f"internal error: {what} (a bug in NPU Studio, please report; --debug shows where)\n")
         if debug:
             traceback.print_exc(file=out.stderr)
         return EXIT_INTERNAL

@@ -187,6 +187,11 @@ def load_proto(proto: ModelProto, where: str, base_dir: Path | None,
         except (onnx.checker.ValidationError, ValueError, RuntimeError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ModelError(f"{where}: invalid model: {first}") from None
+    from engine.ir.type_check import type_errors
+
+    bad_types = type_errors(graph)
+    if bad_types:
+        raise ModelError(f"{where}: {bad_types[0]}")
     if shapes:
         fix_shapes(graph, shapes, where)
     graph.diagnostics = weight_diagnostics(graph) + infer_shapes(graph)  # type: ignore[attr-defined]

@@ -40,6 +40,7 @@ from nodes.types import TensorType, dtype_name
 FORMAT = "npu-studio-project"
 VERSION = 1
 SUFFIX = ".npuproj"
+MAX_PROJECT_BYTES = 64 * 2**20  # edits may carry tensors; far above any project saved by hand
 
 
 class ProjectError(InputError):
@@ -172,16 +173,17 @@ _MIGRATIONS = {0: _migrate_v0}
 def load_project(path: str | os.PathLike) -> Project:
     """Read a project file; raises ProjectError naming the file and the problem."""
     path = Path(path)
+    from engine.limits import parse_document, read_document
+
+    if not path.exists():
+        raise ProjectError(f"{path}: no such file")
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ProjectError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProjectError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
-    try:
-        doc = json.loads(text)
+        text = read_document(path, "project file", MAX_PROJECT_BYTES)
+        doc = parse_document(text, str(path), "project file", json.loads)
     except json.JSONDecodeError as exc:
         raise ProjectError(f"{path}: not a project file (invalid or truncated JSON at line {exc.lineno})") from None
+    except InputError as exc:
+        raise ProjectError(str(exc)) from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ProjectError(f"{path}: not an NPU Studio project (missing \"format\": \"{FORMAT}\")")
     version = doc.get("version")
@@ -194,14 +196,18 @@ def load_project(path: str | os.PathLike) -> Project:
         migrate = _MIGRATIONS.get(version)
         if migrate is None:
             raise ProjectError(f"{path}: project format version {version} is too old to migrate")
-        doc = migrate(doc)
+        try:
+            doc = migrate(doc)
+        except (TypeError, ValueError, AttributeError):
+            raise ProjectError(f"{path}: project format version {version} cannot be migrated "
+                               "(fields model or pins are malformed)") from None
         version = doc["version"]
     model = doc.get("model")
     if not isinstance(model, dict) or not isinstance(model.get("path"), str) or not model["path"]:
         raise ProjectError(f"{path}: field model.path: expected the path of the .onnx file")
-    for key, kind in (("passes", dict), ("quantization", dict), ("pins", dict), ("shapes", dict), ("edits", dict)):
-        if doc.get(key) is not None and not isinstance(doc[key], kind):
-            raise ProjectError(f"{path}: field {key}: expected a mapping")
+    from engine.project_schema import check_project_fields
+
+    check_project_fields(doc, str(path), ProjectError)
     target = doc.get("target")
     if target is not None and not isinstance(target, str):
         raise ProjectError(f"{path}: field target: expected a target name or path")

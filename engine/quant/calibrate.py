@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.errors import InputError
+from engine.errors import InputError, InternalError
 from engine.ir.graph import Graph, Node
 from engine.quant.config import COMPUTE_OPS, QuantConfig
 from engine.quant.data import CalibrationSet
@@ -165,6 +165,6 @@ def _batched_graph(graph: Graph, data: CalibrationSet, batch: int) -> Graph | No
             for name, ref in alone.items():
                 if not np.allclose(together[name][i:i + 1], ref, rtol=1e-4, atol=1e-5, equal_nan=True):
                     return None
-    except ValueError:  # ExecutionError/InputError: this graph does not batch
+    except (ValueError, InternalError):  # a probe: any failure means "run the samples one by one"
         return None
     return g

@@ -26,8 +26,9 @@ MAX_INPUT_ELEMENTS = 1_000_000
 FUZZ_MEMORY_LIMIT = 1 << 30  # the executor's configurable limit, tightened so no case can take minutes
 
 
-class CaseTimeout(Exception):
-    """A fuzz case ran past its time budget (a hang)."""
+class CaseTimeout(BaseException):
+    """A fuzz case ran past its time budget (a hang); a BaseException so no handler of ours
+    (the executor's kernel guard included) mistakes it for an error of the case."""
 
 
 @lru_cache(maxsize=1)

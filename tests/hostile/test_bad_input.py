@@ -57,7 +57,7 @@ def _files(folder: Path) -> set[Path]:
 def assert_rejected(argv: list[str], work: Path, must_say: str | None = None) -> str:
     """Exit 2, one `error:` line, no traceback, under 5 s, nothing new in ``work``; returns the line."""
     before = _files(work)
-    rc, out, err, elapsed = _run(argv)
+    rc, _out, err, elapsed = _run(argv)
     assert "Traceback" not in err
     assert rc == 2, f"exit {rc}: {err.strip()[:300]}"
     lines = err.strip().splitlines()
@@ -115,7 +115,7 @@ def test_project_nested_100000_deep_is_refused_without_recursion(root, work):
     assert_rejected(["compile", p, "-o", work / "out", "--quiet"], work, must_say="nested")
 
 
-@pytest.mark.parametrize("field,value", [("pins", {"conv": 3}), ("passes", {"fuse": "no"}),
+@pytest.mark.parametrize(("field", "value"), [("pins", {"conv": 3}), ("passes", {"fuse": "no"}),
                                          ("quantization", {"method": "bogus"}),
                                          ("quantization", {"percentile": float("nan")}),
                                          ("edits", {"removed": "conv"}), ("target", 7)])
@@ -133,7 +133,7 @@ def test_project_over_the_size_limit_is_refused_before_parsing(root, work):
 
 
 # -- option values --------------------------------------------------------------------------------
-@pytest.mark.parametrize("argv,says", [
+@pytest.mark.parametrize(("argv", "says"), [
     (["--thermal", "-1"], "--thermal"),
     (["--thermal", "1000000000"], "--thermal"),
     (["--stream", "1000000000"], "--stream"),
@@ -157,7 +157,7 @@ def test_two_means_for_rgb_images_is_refused_naming_the_option(root, work, opt):
                      "-o", work / "q.onnx", "--quiet"], work, must_say=opt)
 
 
-@pytest.mark.parametrize("argv,says", [
+@pytest.mark.parametrize(("argv", "says"), [
     (["--scale", "nan"], "--scale"), (["--scale", "inf"], "--scale"), (["--max-samples", "-3"], "--max-samples"),
     (["--percentile", "150"], "--percentile"), (["--analysis-samples", "-1"], "--analysis-samples"),
     (["--mean", "nan,0,0"], "--mean"), (["--target-sqnr", "nan"], "--target-sqnr"),
