@@ -11,7 +11,6 @@ import json
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, NoReturn
 
 import numpy as np
@@ -107,21 +106,21 @@ def cmd_inspect(args: argparse.Namespace, out: Out) -> int:
 
 
 def cmd_run(args: argparse.Namespace, out: Out) -> int:
-    import engine
+    import io
 
+    import engine
+    from engine.outputs import Outputs
+
+    outputs = Outputs(inputs=[args.model, args.inputs])
+    dest = outputs.add("--out", args.out)
     graph = load_model_arg(args)
     from engine.sim.feeds import read_npz
 
     feeds = read_npz(args.inputs, "--inputs")
     results = engine.execute(graph, feeds)
-    dest = Path(args.out)
-    if dest.parent and not dest.parent.exists():
-        raise InputError(f"{args.out}: folder {dest.parent} does not exist")
-    try:
-        with open(dest, "wb") as fh:
-            np.savez(fh, **results)
-    except OSError as exc:
-        raise InputError(f"{args.out}: cannot write: {exc.strerror}") from None
+    buf = io.BytesIO()
+    np.savez(buf, **results)
+    outputs.commit({dest: buf.getvalue()})
     for name, arr in results.items():
         out.line(f"{name}: {arr.dtype}{list(arr.shape)}")
     out.line(f"wrote {dest}")

@@ -44,7 +44,13 @@ def explicit_pads(attrs: dict[str, Any], n_spatial: int) -> tuple[list[int], lis
     pads = ints(attrs.get("pads")) or [0] * (2 * n_spatial)
     if len(pads) != 2 * n_spatial:
         raise OpError(f"pads {pads} must hold 2 x {n_spatial} values")
+    if any(abs(p) > MAX_PAD for p in pads):
+        raise OpError(f"pads {pads} hold a value beyond +-{MAX_PAD:,} (no tensor has such an axis)")
     return pads[:n_spatial], pads[n_spatial:]
+
+
+MAX_PAD = 2**31 - 1
+"""Largest pad a window op accepts: beyond it the output size would overflow int64 sooner or later."""
 
 
 def window_out_dim(size: Dim, k: int, s: int, d: int, pb: int, pe: int, auto_pad: str,

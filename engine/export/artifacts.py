@@ -140,6 +140,10 @@ def bundle_files(result: CompileResult) -> dict[str, bytes]:
             continue
         proto = to_onnx(graph)
         onnx.checker.check_model(proto, full_check=True)
+        if name == "model.qdq.onnx":
+            from engine.quant.verify import check_qdq_scales
+
+            check_qdq_scales(proto)
         files[name] = proto.SerializeToString()
     model = _model_entry(result)  # serializes and hashes the source once per bundle
     plan = plan_document(result)

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from engine.cli import EXIT_OK, Out, UsageError, add_model_args, extra_command, load_model_arg
+from engine.cli_options import integer
 from engine.quant.cli import TerminalProgress, add_calib_args, calib_from_args
 
 
@@ -28,7 +29,9 @@ def options_from_args(args: argparse.Namespace):
 
     quant = QuantConfig(method=args.method, per_channel=args.per_channel, symmetric=args.symmetric,
                         dtype=args.dtype, reduce_range=args.reduce_range)
-    return CompileOptions(quant=quant, disabled_passes=tuple(args.disable or ()), pins=_pins(args.pin),
+    from engine.passes.cli import disabled_names
+
+    return CompileOptions(quant=quant, disabled_passes=disabled_names(args.disable), pins=_pins(args.pin),
                           allow_synthetic_calibration=args.allow_synthetic_calibration,
                           analysis_samples=args.analysis_samples)
 
@@ -106,6 +109,6 @@ def _add_compile(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reduce-range", action="store_true", help="7-bit weights (for x86 CPUs without VNNI)")
     p.add_argument("--disable", action="append", metavar="PASS", help="switch off an optimizer pass (repeatable)")
     p.add_argument("--pin", action="append", metavar="NODE=npu|cpu", help="force a node's device (repeatable)")
-    p.add_argument("--analysis-samples", type=int, default=8)
+    p.add_argument("--analysis-samples", type=integer(0, 10_000), default=8)
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.set_defaults(func=cmd_compile)

@@ -81,16 +81,24 @@ class TerminalProgress:
         self.out.stderr.flush()
 
 
-def write_model_atomic(graph: Graph, dest: Path) -> None:
-    """Check and write a graph as ONNX atomically (never a partial file)."""
+def checked_model_bytes(graph: Graph) -> bytes:
+    """The serialized QDQ model, checked by ONNX and for usable scales (never a broken model)."""
     import onnx
 
     from engine.ir.onnx_io import to_onnx
-    from engine.project import atomic_write
+    from engine.quant.verify import check_qdq_scales
 
     model = to_onnx(graph)
     onnx.checker.check_model(model, full_check=True)
-    atomic_write(dest, model.SerializeToString())
+    check_qdq_scales(model)
+    return model.SerializeToString()
+
+
+def write_model_atomic(graph: Graph, dest: Path) -> None:
+    """Check and write a graph as ONNX atomically (never a partial file)."""
+    from engine.outputs import atomic_write
+
+    atomic_write(dest, checked_model_bytes(graph))
 
 
 def optimize_for_quantization(graph: Graph) -> Graph:
@@ -104,10 +112,17 @@ def optimize_for_quantization(graph: Graph) -> Graph:
 
 def cmd_quantize(args: argparse.Namespace, out: Out) -> int:
     """Calibrate, quantize to QDQ, write the model and the report."""
+    from engine.outputs import Outputs
     from engine.quant.api import quantize
     from engine.quant.config import QuantConfig
 
+    outputs = Outputs(inputs=[args.model, args.calib])
+    dest = outputs.add("-o", args.output)
+    report_path = outputs.add("--report", args.report)
     graph = load_model_arg(args)
+    from engine.quant.verify import check_quantizable
+
+    check_quantizable(graph)
     config = QuantConfig(method=args.method, per_channel=args.per_channel, symmetric=args.symmetric,
                          dtype=args.dtype, percentile=args.percentile)
     data = calib_from_args(args, graph)
@@ -123,13 +138,11 @@ def cmd_quantize(args: argparse.Namespace, out: Out) -> int:
         raise
     if args.target_sqnr is not None or args.target_cosine is not None:
         result = _mixed_precision(args, graph, data, result, progress, out)
-    write_model_atomic(result.graph, Path(args.output))
+    files = {dest: checked_model_bytes(result.graph)}
     report = result.report()
-    if args.report:
-        try:
-            Path(args.report).write_text(json.dumps(report, indent=2) + "\n")
-        except OSError as exc:
-            raise InputError(f"{args.report}: cannot write: {exc.strerror}") from None
+    if report_path is not None:
+        files[report_path] = (json.dumps(report, indent=2) + "\n").encode("utf-8")
+    outputs.commit(files)
     for name, o in report["outputs"].items():
         out.line(f"output {name}: cosine {o['cosine']:.5f}  SQNR {o['sqnr_db']:.2f} dB")
     worst = sorted(report["layers"], key=lambda r: r["sqnr_db"])[:5]
