@@ -46,6 +46,8 @@ def check_writable(path: Path, option: str | None = None) -> None:
     folder = _folder(path)
     if path.is_dir():
         raise InputError(f"{label}: is a folder, not a file")
+    if path.exists() and not path.is_file():  # a device, a fifo: renaming onto it would replace it
+        raise InputError(f"{label}: is not a regular file")
     if not folder.is_dir():
         raise InputError(f"{label}: folder {folder} does not exist")
     if not os.access(folder, os.W_OK | os.X_OK):

@@ -11,7 +11,7 @@ from engine.errors import InputError, InternalError
 from engine.ir.graph import Graph, Node
 from engine.quant.config import COMPUTE_OPS, QuantConfig
 from engine.quant.data import CalibrationSet
-from engine.quant.observers import HistogramObserver, MinMaxObserver, Observer
+from engine.quant.observers import HistogramObserver, MinMaxObserver, NonFiniteError, Observer
 
 Progress = Callable[[int, int], None]
 
@@ -94,10 +94,17 @@ def calibrate(graph: Graph, data: CalibrationSet, config: QuantConfig, tensors: 
         n: HistogramObserver(config.bins) if histograms else MinMaxObserver() for n in names}
     ex = executor_for(graph)
 
+    def observe(name: str, arr: np.ndarray) -> None:
+        try:
+            stats[name].update(arr)
+        except NonFiniteError as exc:  # e.g. 3e38 inputs overflowing float32 in the first layer
+            raise InputError(f"{data.source}: tensor {name[:60]!r} {exc} during calibration; values near "
+                             "the float limit cannot be quantized") from None
+
     def hook(node: Node, outs: list[np.ndarray | None]) -> None:
         for v, arr in zip(node.outputs, outs):
             if v is not None and arr is not None and v.name in names:
-                stats[v.name].update(arr)
+                observe(v.name, arr)
 
     total = len(data)
     batched = _batched_graph(graph, data, batch) if batch > 1 else None
@@ -110,7 +117,7 @@ def calibrate(graph: Graph, data: CalibrationSet, config: QuantConfig, tensors: 
             feeds = _stack([data.sample(done + k) for k in range(batch)])
             for k, arr in feeds.items():
                 if k in names:
-                    stats[k].update(arr)
+                    observe(k, arr)
             bex.run(check_feeds(batched, feeds), hook=hook)
             done += batch
             if progress is not None:
@@ -121,7 +128,7 @@ def calibrate(graph: Graph, data: CalibrationSet, config: QuantConfig, tensors: 
         feeds = check_feeds(graph, data.sample(i))
         for k, arr in feeds.items():
             if k in names:
-                stats[k].update(arr)
+                observe(k, arr)
         ex.run(feeds, hook=hook)
         if progress is not None:
             progress(i + 1, total)

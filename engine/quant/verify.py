@@ -12,6 +12,9 @@ from onnx import ModelProto, numpy_helper
 
 from engine.errors import InputError
 
+SMALLEST_SCALE = float(np.finfo(np.float32).tiny)
+"""A smaller (denormal) scale has a reciprocal beyond float32: runtimes quantize to garbage."""
+
 
 def _constants(model: ModelProto) -> dict[str, np.ndarray]:
     out = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
@@ -33,11 +36,11 @@ def check_qdq_scales(model: ModelProto) -> None:
         if scale is None:
             continue
         s = np.asarray(scale, np.float64)
-        if s.size and not (np.all(np.isfinite(s)) and np.all(s > 0)):
+        if s.size and not (np.all(np.isfinite(s)) and np.all(s >= SMALLEST_SCALE)):
             tensor = n.input[0]
             raise InputError(f"tensor {tensor[:60]!r}: its quantization scale ranges over [{np.nanmin(s):.3g}, "
-                             f"{np.nanmax(s):.3g}], not finite and positive (values near the float limit, such as "
-                             "3e38 or inf, cannot be quantized); nothing was written")
+                             f"{np.nanmax(s):.3g}], not finite and at least {SMALLEST_SCALE:.3g} (values near the float limits, such as "
+                             "3e38, inf or 1e-42, cannot be quantized); nothing was written")
 
 
 QUANTIZABLE_FLOATS = (np.dtype(np.float32), np.dtype(np.float16))

@@ -237,7 +237,7 @@ def _assert_valid_scales(path: Path) -> None:
         if n.op_type in ("QuantizeLinear", "DequantizeLinear"):
             s = inits.get(n.input[1])
             assert s is not None
-            assert np.all(np.isfinite(s)) and np.all(s > 0), f"{n.name}: scale {s}"
+            assert np.all(np.isfinite(s)) and np.all(s >= np.finfo(np.float32).tiny), f"{n.name}: scale {s}"
 
 
 # -- target YAML ----------------------------------------------------------------------------------
