@@ -69,15 +69,17 @@ class _Parser(argparse.ArgumentParser):
 
 def parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
     """Parse ``NAME=D0,D1,...`` (the name may itself contain '=')."""
+    from engine.limits import excerpt
+
     if "=" not in text:
-        raise UsageError(f"--shape {text!r}: expected NAME=D0,D1,...")
+        raise UsageError(f"--shape {excerpt(text)}: expected NAME=D0,D1,...")
     name, dims = text.rsplit("=", 1)
     try:
         values = tuple(int(d) for d in dims.split(",") if d.strip())
     except ValueError:
-        raise UsageError(f"--shape {text!r}: dimensions must be integers") from None
+        raise UsageError(f"--shape {excerpt(text)}: dimensions must be integers") from None
     if not name or not values:
-        raise UsageError(f"--shape {text!r}: expected NAME=D0,D1,...")
+        raise UsageError(f"--shape {excerpt(text)}: expected NAME=D0,D1,...")
     return name, values
 
 

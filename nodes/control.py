@@ -135,6 +135,9 @@ class LoopSpec(OpSpec):
         n = len(carried)
         if len(names) != 2 + n:
             raise OpError(f"Loop body has {len(names)} inputs, expected 2 + {n}")
+        missing = [2 + j for j, c in enumerate(carried) if c is None]
+        if missing:
+            raise OpError(f"Loop input {missing[0]} (a loop-carried value) is missing")
         max_trip = int(_scalar(m, "trip count M")) if m is not None else None
         go = bool(_scalar(cond, "condition")) if cond is not None else True
         state = list(carried)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from engine.cli import EXIT_OK, Out, UsageError, add_model_args, extra_command, load_model_arg
 from engine.cli_options import integer
+from engine.limits import excerpt
 from engine.quant.cli import TerminalProgress, add_calib_args, calib_from_args
 
 
@@ -14,10 +15,10 @@ def _pins(items: list[str] | None) -> dict[str, str]:
     pins = {}
     for item in items or []:
         if "=" not in item:
-            raise UsageError(f"--pin {item!r}: expected NODE=npu or NODE=cpu")
+            raise UsageError(f"--pin {excerpt(item)}: expected NODE=npu or NODE=cpu")
         node, dev = item.rsplit("=", 1)
         if dev not in ("npu", "cpu"):
-            raise UsageError(f"--pin {item!r}: device must be npu or cpu")
+            raise UsageError(f"--pin {excerpt(item)}: device must be npu or cpu")
         pins[node] = dev
     return pins
 

@@ -50,9 +50,9 @@ def disabled_names(items: list[str] | None) -> tuple[str, ...]:
     disable = tuple(name.strip() for item in items or () for name in item.split(",") if name.strip())
     unknown = [d for d in disable if d not in known_names()]
     if unknown:
-        from engine.limits import excerpt
+        from engine.limits import short
 
-        raise UsageError(f"--disable {excerpt(unknown[0])}: no such pass or rule (passes: {', '.join(pass_names())})")
+        raise UsageError(f"--disable {short(unknown[0])}: no such pass or rule (passes: {', '.join(pass_names())})")
     return disable
 
 

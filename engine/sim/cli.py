@@ -20,6 +20,7 @@ from typing import Any
 from engine.cli import EXIT_OK, Out, UsageError, add_model_args, extra_command, load_model_arg
 from engine.cli_options import integer, number
 from engine.errors import InputError
+from engine.limits import excerpt
 
 TIMELINE_BUDGET = 64 * 10**6
 """Memory --stream and --thermal may spend on their per-frame / per-run timelines."""
@@ -99,10 +100,10 @@ def _parse_pins(items: list[str] | None) -> dict[str, str]:
     pins: dict[str, str] = {}
     for text in items or []:
         if "=" not in text:
-            raise UsageError(f"--pin {text!r}: expected NODE=npu or NODE=cpu")
+            raise UsageError(f"--pin {excerpt(text)}: expected NODE=npu or NODE=cpu")
         name, dev = text.rsplit("=", 1)
         if dev.lower() not in ("npu", "cpu") or not name:
-            raise UsageError(f"--pin {text!r}: expected NODE=npu or NODE=cpu")
+            raise UsageError(f"--pin {excerpt(text)}: expected NODE=npu or NODE=cpu")
         pins[name] = dev.lower()
     return pins
 

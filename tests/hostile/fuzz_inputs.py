@@ -213,9 +213,10 @@ def _images(work: Path, rng: np.random.Generator, ok: bool = False) -> Path:
             mode = _pick(rng, ["RGB", "L", "RGBA", "P", "I", "1"]) if not ok else "RGB"
             im = Image.fromarray((rng.random((size[1], size[0], 3)) * 255).astype(np.uint8)).convert(mode)
             fmt = {"png": "PNG", "jpg": "JPEG", "bmp": "BMP"}[f.suffix[1:]]
-            if fmt == "JPEG" and mode not in ("RGB", "L"):
-                im = im.convert("RGB")
-            im.save(f, format=fmt)
+            try:
+                im.save(f, format=fmt)
+            except (OSError, ValueError, KeyError):  # a mode this format cannot hold
+                im.convert("RGB").save(f, format=fmt)
         elif kind == 1:  # a header claiming a huge image
             _png_header(folder / f"{k}.png", int(_pick(rng, [100_000, 2**31 - 1, 20_000])),
                         int(_pick(rng, [100_000, 1, 20_000])))
