@@ -114,9 +114,14 @@ def check_tree_depth(doc: Any, where: str, what: str, limit: int = MAX_NESTING) 
             stack.extend((v, depth + 1) for v in node)
 
 
-def parse_document(text: str, where: str, what: str, parse: Callable[[str], Any]) -> Any:
-    """``parse(text)`` after the nesting check; a recursion in the parser is still bad input."""
-    check_nesting(text, where, what)
+def parse_document(text: str, where: str, what: str, parse: Callable[[str], Any], prescan: bool = True) -> Any:
+    """``parse(text)`` after the nesting check; a recursion in the parser is still bad input.
+
+    ``prescan=False`` skips the bracket scan for parsers known to guard their own recursion
+    (Python's json raises RecursionError); the parsed tree's depth is checked either way.
+    """
+    if prescan:
+        check_nesting(text, where, what)
     try:
         doc = parse(text)
     except RecursionError:

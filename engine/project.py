@@ -120,7 +120,7 @@ def load_project(path: str | os.PathLike) -> Project:
         raise ProjectError(f"{path}: no such file")
     try:
         text = read_document(path, "project file", MAX_PROJECT_BYTES)
-        doc = parse_document(text, str(path), "project file", json.loads)
+        doc = parse_document(text, str(path), "project file", json.loads, prescan=False)  # json guards recursion
     except json.JSONDecodeError as exc:
         raise ProjectError(f"{path}: not a project file (invalid or truncated JSON at line {exc.lineno})") from None
     except InputError as exc:

@@ -56,6 +56,16 @@ def _from_project(args: argparse.Namespace):
     return graph, args.target or proj.target, options, q.get("calibration")
 
 
+def _inputs_outside(outdir: Path, inputs: list) -> None:
+    """Refuse an OUTDIR that holds an input: replacing the folder (--force) would delete it."""
+    root = outdir.resolve()
+    for item in inputs:
+        if item and Path(item).exists():
+            p = Path(item).resolve()
+            if p == root or root in p.parents:
+                raise UsageError(f"-o {outdir}: holds the input {item}; write the bundle to another folder")
+
+
 _DEFAULTS = {"method": "percentile", "dtype": "int8", "percentile": 99.99}
 
 
@@ -66,6 +76,7 @@ def cmd_compile(args: argparse.Namespace, out: Out) -> int:
 
     outdir = Path(args.output)
     check_outdir(outdir, args.force)  # fail before any long work
+    _inputs_outside(outdir, [args.model, args.calib, args.target])
     if str(args.model).endswith(".npuproj"):
         graph, target, options, calib_path = _from_project(args)
         if calib_path and not args.calib:

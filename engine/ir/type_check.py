@@ -1,10 +1,13 @@
 """Element types of a model's own tensors checked against the ONNX op schemas, at load time.
 
-A graph input, initializer or Constant typed in a way the op's ONNX type constraints do not
-allow (a string Reshape shape, an int4 BatchNormalization variance, a bool MaxPool input) is
-refused when the model is loaded, naming the node, its input and the types the op accepts,
+A graph input, initializer or Constant of a non-arithmetic or sub-byte kind (string, bool,
+int4/uint4, float8, complex) that the op's ONNX type constraints do not allow (a string Reshape
+shape, an int4 BatchNormalization variance, a bool MaxPool input) is refused when the model is
+loaded, naming the node, its input and the types the op accepts,
 instead of reaching a pass or a kernel that was never meant to see it. Values computed inside
 the graph are left to shape inference: only tensors the file itself types are judged here.
+One plain numeric kind where the schema wants another (int32 for BitShift's unsigned inputs)
+is left to the kernels, which compute it as numpy does.
 """
 
 from __future__ import annotations
@@ -21,6 +24,11 @@ _TYPE_NAMES = {code: f"tensor({TensorProto.DataType.Name(code).lower()})" for co
 _TYPE_NAMES.update({TensorProto.FLOAT: "tensor(float)", TensorProto.DOUBLE: "tensor(double)",
                     TensorProto.FLOAT16: "tensor(float16)", TensorProto.BFLOAT16: "tensor(bfloat16)",
                     TensorProto.STRING: "tensor(string)", TensorProto.BOOL: "tensor(bool)"})
+
+
+_NUMERIC = {"tensor(float)", "tensor(double)", "tensor(float16)", "tensor(bfloat16)", "tensor(int8)",
+            "tensor(int16)", "tensor(int32)", "tensor(int64)", "tensor(uint8)", "tensor(uint16)",
+            "tensor(uint32)", "tensor(uint64)"}
 
 
 @lru_cache(maxsize=4096)
@@ -84,7 +92,7 @@ def _check_node(node: Node, opset: int, own: set[str], errors: list[str]) -> Non
             name = _TYPE_NAMES.get(onnx_elem_type(v.type.dtype))
         except KeyError:
             continue
-        if name is not None and name not in allowed:
+        if name is not None and name not in allowed and name not in _NUMERIC:
             kinds = sorted(a[7:-1] for a in allowed if a.startswith("tensor("))
             shown = ", ".join(kinds[:6]) + (", ..." if len(kinds) > 6 else "")
             errors.append(f"node {node.name!r} ({node.op_type}) input {k} {v.name!r} is {name[7:-1]}, which "

@@ -445,3 +445,11 @@ def test_a_deliberate_op_check_stays_exit_2(root, work, monkeypatch):
     np.savez(work / "in.npz", x=np.zeros(X_SHAPE, np.float32))
     assert_rejected(["run", root / "conv.onnx", "--inputs", work / "in.npz", "--out", work / "o.npz"], work,
                     must_say="relu")
+
+
+def test_compile_into_the_folder_holding_the_model_is_refused_even_with_force(root, work):
+    model = work / "m.onnx"
+    model.write_bytes((root / "conv.onnx").read_bytes())
+    assert_rejected(["compile", model, "--target", "phone-npu", "--allow-synthetic-calibration", "--quiet",
+                     "-o", work, "--force"], work, must_say="holds the input")
+    assert model.exists()
