@@ -235,6 +235,8 @@ def conv_geometry(attrs: dict[str, Any], x_shape: Sequence[int],
     """(strides, dilations, pads_begin, pads_end) of a convolution of ``x_shape`` by a weight of
     ``w_shape``; a kernel_shape attribute must agree with W."""
     kernel = list(w_shape[2:])
+    if len(x_shape) != len(w_shape) or len(x_shape) < 3:
+        raise OpError(f"X of shape {list(x_shape)} and W of shape {list(w_shape)} must have the same rank (>= 3)")
     ks = ints(attrs.get("kernel_shape"))
     if ks and ks != kernel:
         raise OpError(f"kernel_shape {ks} does not match W of shape {list(w_shape)}")
