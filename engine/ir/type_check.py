@@ -98,3 +98,8 @@ def _check_node(node: Node, opset: int, own: set[str], errors: list[str]) -> Non
             errors.append(f"node {node.name!r} ({node.op_type}) input {k} {v.name!r} is {name[7:-1]}, which "
                           f"{node.op_type}-{opset} does not accept (accepts {shown or 'other kinds'})")
             return
+
+
+# The first schema lookup builds onnx's registry (about 30 ms holding the GIL): pay it when the
+# loader is imported rather than inside a load running beside the GUI thread.
+_allowed("Relu", 14)
