@@ -18,6 +18,10 @@ import numpy as np
 METHODS = ("minmax", "percentile", "entropy", "mse")
 
 
+class NonFiniteError(ValueError):
+    """An observed tensor holds NaN or infinite values (the caller names the tensor)."""
+
+
 class Observer:
     """Base class: ``update`` with batches, then ``range()`` gives (lo, hi)."""
 
@@ -31,8 +35,11 @@ class Observer:
         if x.size == 0:
             return
         x = np.asarray(x)
-        self.min = min(self.min, float(x.min()))
-        self.max = max(self.max, float(x.max()))
+        lo, hi = float(x.min()), float(x.max())
+        if not (np.isfinite(lo) and np.isfinite(hi)):  # NaN propagates through min/max
+            raise NonFiniteError(f"holds NaN or infinite values (range [{lo:.3g}, {hi:.3g}])")
+        self.min = min(self.min, lo)
+        self.max = max(self.max, hi)
         self.count += int(x.size)
 
     def range(self, nlevels: int = 256) -> tuple[float, float]:
@@ -81,7 +88,10 @@ class HistogramObserver(Observer):
         if self.amax == 0.0:
             self.hist[0] += a.size
             return
-        idx = (a * (self.bins / self.amax)).astype(np.int64)
+        per_unit = self.bins / self.amax
+        if per_unit > 1e30:  # a denormal range: float32 would overflow the bin arithmetic to inf
+            a = a.astype(np.float64)
+        idx = (a * per_unit).astype(np.int64)
         np.minimum(idx, self.bins - 1, out=idx)
         self.hist += np.bincount(idx, minlength=self.bins)
 
