@@ -170,6 +170,10 @@ def bundle_files(result: CompileResult) -> dict[str, bytes]:
         except Exception as exc:  # the checker raises several exception types
             _source_must_pass_full_check(result.source)
             raise RuntimeError(f"{name} fails the ONNX checker: {_first_line(exc)}") from exc
+        if name == "model.qdq.onnx":
+            from engine.quant.verify import check_qdq_scales
+
+            check_qdq_scales(proto)
         files[name] = proto.SerializeToString()
     if result.tflite is not None:
         from engine.export.tflite import export_bytes
