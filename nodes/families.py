@@ -15,6 +15,7 @@ from nodes import (  # noqa: F401
     recurrent,
     reduce,
     resize,
+    sequence,
     shape_ops,
     tensor_gen,
 )

@@ -14,11 +14,26 @@ import onnx
 from onnx import AttributeProto, GraphProto, ModelProto, TensorProto, helper, numpy_helper
 
 from engine.ir.graph import Graph, Node, Value
-from nodes.types import ConversionError, Dim, TensorType, np_dtype, onnx_elem_type, tensor_to_array
+from nodes.types import (
+    ConversionError,
+    Dim,
+    OptionalType,
+    SequenceType,
+    TensorType,
+    is_tensor_type,
+    np_dtype,
+    onnx_elem_type,
+    tensor_to_array,
+)
 
 
 # -- ModelProto -> Graph -------------------------------------------------------------------------
 def _type_from_proto(tp: onnx.TypeProto) -> TensorType:
+    kind = tp.WhichOneof("value")
+    if kind == "sequence_type":
+        return SequenceType(elem=_type_from_proto(tp.sequence_type.elem_type))
+    if kind == "optional_type":
+        return OptionalType(elem=_type_from_proto(tp.optional_type.elem_type))
     if not tp.HasField("tensor_type"):
         return TensorType()
     tt = tp.tensor_type
@@ -179,7 +194,23 @@ def array_to_tensor(arr: np.ndarray, name: str) -> TensorProto:
     return t
 
 
+def _type_proto(t: TensorType) -> onnx.TypeProto | None:
+    """The TypeProto of a type (None when nothing about it is known)."""
+    if isinstance(t, SequenceType):
+        elem = _type_proto(t.elem)
+        return helper.make_sequence_type_proto(elem if elem is not None else onnx.TypeProto())
+    if isinstance(t, OptionalType):
+        elem = _type_proto(t.elem)
+        return helper.make_optional_type_proto(elem if elem is not None else onnx.TypeProto())
+    if t.dtype is None:
+        return None
+    shape = None if t.shape is None else [d if d is not None else None for d in t.shape]
+    return helper.make_tensor_type_proto(onnx_elem_type(t.dtype), shape)
+
+
 def _type_to_proto(name: str, t: TensorType) -> onnx.ValueInfoProto:
+    if not is_tensor_type(t):
+        return helper.make_value_info(name, _type_proto(t))
     if t.dtype is None:
         vi = onnx.ValueInfoProto()
         vi.name = name
@@ -255,7 +286,8 @@ def _graph_to_proto(g: Graph) -> GraphProto:
     value_info = []
     for n in order:
         for v in n.outputs:
-            if v is not None and v.name not in io_names and v.type.dtype is not None:
+            if v is not None and v.name not in io_names and (v.type.dtype is not None
+                                                             or not is_tensor_type(v.type)):
                 value_info.append(_type_to_proto(v.name, v.type))
     inits = [array_to_tensor(v.const, name) for name, v in g.initializers.items()]  # type: ignore[arg-type]
     inits += fused_inits

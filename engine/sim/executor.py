@@ -117,7 +117,24 @@ def _execute(step: _Step, env: Mapping[str, Any], local: dict[str, Any]) -> None
     outs = [np.asarray(res)] if isinstance(res, (np.ndarray, np.generic)) else list(res)
     for name, arr in zip(step.outputs, outs):
         if name is not None:
-            local[name] = arr if isinstance(arr, np.ndarray) or arr is None else np.asarray(arr)
+            # a list is a sequence and None an empty optional (nodes/sequence.py): kept as they are
+            local[name] = arr if isinstance(arr, (np.ndarray, list)) or arr is None else np.asarray(arr)
+
+
+def _nbytes(value: Any) -> int:
+    """Bytes held by a run-time value: an array, a sequence (list) of them, or None."""
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if isinstance(value, list):
+        return sum(_nbytes(v) for v in value)
+    return 0
+
+
+def _shape_key(value: Any) -> Any:
+    """What a plan's memory check depends on: an array's shape, a sequence's element shapes."""
+    if isinstance(value, list):
+        return ("seq", tuple(_shape_key(v) for v in value))
+    return None if value is None else np.shape(value)
 
 
 def _first(res: Any) -> np.ndarray:
@@ -151,7 +168,7 @@ class Executor:
         Before the first run with given input shapes, the peak memory is estimated and a run
         that would exceed ``max_bytes`` is refused (ExecutionError) instead of exhausting the machine.
         """
-        key = (self.graph.version, self.max_bytes, tuple(sorted((k, np.shape(v)) for k, v in feeds.items())))
+        key = (self.graph.version, self.max_bytes, tuple(sorted((k, _shape_key(v)) for k, v in feeds.items())))
         if key not in self._checked:
             from engine.sim.memory import check_memory
 
@@ -171,8 +188,8 @@ class Executor:
         for k, step in enumerate(plan.const_steps):
             _execute(step, env, local)
             for n in step.outputs:
-                if n is not None and isinstance(local.get(n), np.ndarray):
-                    cached += local[n].nbytes
+                if n is not None and n in local:
+                    cached += _nbytes(local[n])
                     plan.consts[n] = local[n]
             if cached > CONST_CACHE_BYTES:  # too big to keep: the rest run every time
                 plan.steps[:0] = plan.const_steps[k + 1:]
