@@ -85,6 +85,8 @@ def _attr_value(a: AttributeProto, graph: Graph) -> Any:
 
 def _graph_from_proto(gp: GraphProto, parent: Graph | None) -> Graph:
     g = Graph(gp.name or "graph", parent)
+    if parent is not None:  # a subgraph uses the model's opsets (looked up through the parents)
+        g.opset_imports = {}
     g.doc_string = gp.doc_string
     types: dict[str, TensorType] = {}
     for vi in list(gp.value_info) + list(gp.input) + list(gp.output):

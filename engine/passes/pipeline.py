@@ -15,7 +15,16 @@ from engine.diagnostics import Diagnostic
 from engine.ir.clone import clone_graph
 from engine.ir.fused import describe
 from engine.ir.graph import Graph
-from engine.passes.base import Pass, PassManager, PassRecord, PipelineItem, Repeat, paused_gc
+from engine.passes.base import (
+    Pass,
+    PassManager,
+    PassRecord,
+    PipelineItem,
+    Repeat,
+    count_nodes,
+    paused_gc,
+    subgraphs,
+)
 from engine.passes.eliminate import (
     EliminateCommonSubexpressions,
     EliminateDeadCode,
@@ -28,6 +37,7 @@ from engine.passes.fuse_bn import batchnorm_pass
 from engine.passes.fuse_linear import matmul_add_pass, mul_add_pass, pad_conv_pass
 from engine.passes.fuse_transformer import gelu_pass, layernorm_pass
 from engine.passes.opset import min_ir_version
+from nodes.types import is_tensor_type
 
 # The default pipeline, in order. A tuple (group name, [passes]) runs to a fixed point.
 DEFAULT_PIPELINE: list[str | tuple[str, list[str]]] = [
@@ -132,20 +142,25 @@ class OptimizeResult:
     def fused(self) -> list[dict[str, Any]]:
         """Every node that stands for more than one original node (or carries an activation)."""
         out = []
-        for n in self.graph.toposort():
-            prov = n.meta.get("provenance")
-            if (prov and (len(prov) > 1 or prov != [n.name])) or n.meta.get("activation"):
-                entry: dict[str, Any] = {"node": n.name, "op_type": n.op_type, "from": list(prov or [n.name])}
-                if n.meta.get("activation"):
-                    entry["activation"] = describe(n.meta["activation"])
-                out.append(entry)
+        for g in (self.graph, *subgraphs(self.graph)):
+            for n in g.toposort():
+                self._fused_entry(n, out)
         return out
+
+    @staticmethod
+    def _fused_entry(n: Any, out: list[dict[str, Any]]) -> None:
+        prov = n.meta.get("provenance")
+        if (prov and (len(prov) > 1 or prov != [n.name])) or n.meta.get("activation"):
+            entry: dict[str, Any] = {"node": n.name, "op_type": n.op_type, "from": list(prov or [n.name])}
+            if n.meta.get("activation"):
+                entry["activation"] = describe(n.meta["activation"])
+            out.append(entry)
 
     def report(self) -> dict[str, Any]:
         """The ``optimize --report`` document (CONTRACTS.md keys plus per-pass details)."""
-        after = Counter(n.op_type for n in self.graph.nodes)
-        onnx_nodes = len(self.graph) + sum(2 if n.meta["activation"]["op_type"] == "SiLU" else 1
-                                           for n in self.graph.nodes if n.meta.get("activation"))
+        after = Counter(n.op_type for n in self.graph.all_nodes())
+        onnx_nodes = self.nodes_after + sum(2 if n.meta["activation"]["op_type"] == "SiLU" else 1
+                                            for n in self.graph.all_nodes() if n.meta.get("activation"))
         return {
             "nodes_before": self.nodes_before,
             "nodes_after": self.nodes_after,
@@ -171,12 +186,12 @@ def optimize(graph: Graph, options: OptimizeOptions | None = None, copy: bool = 
     manager = PassManager(build_pipeline(o), disabled=o.disable, verify=o.verify, check_onnx=o.check_onnx)
     with paused_gc():
         g = clone_graph(graph) if copy else graph
-        before = len(g)
-        hist = Counter(n.op_type for n in g.nodes)
+        before = count_nodes(g)
+        hist = Counter(n.op_type for n in g.all_nodes())
         run = manager.run(g)
         g = run.graph
         finalize(g)
-    return OptimizeResult(g, run.trace, run.diagnostics, before, len(g), dict(hist))
+    return OptimizeResult(g, run.trace, run.diagnostics, before, count_nodes(g), dict(hist))
 
 
 def finalize(graph: Graph) -> None:
@@ -184,8 +199,9 @@ def finalize(graph: Graph) -> None:
     initializer layout (IR < 4 requires every initializer to be an input)."""
     from engine.ir.infer import infer_shapes
 
-    graph.prune_values()
-    if any(v is not None and v.type.dtype is None for n in graph.nodes for v in n.outputs):
+    for g in (graph, *subgraphs(graph)):
+        g.prune_values()
+    if any(v is not None and v.type.dtype is None and is_tensor_type(v.type) for n in graph.nodes for v in n.outputs):
         infer_shapes(graph)
     need = min_ir_version(graph.opset(""))
     over = set(getattr(graph, "overridable", None) or ())
