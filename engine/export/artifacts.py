@@ -54,7 +54,7 @@ def _tool_version() -> str:
 
 
 def _model_entry(result: CompileResult) -> dict[str, Any]:
-    src = getattr(result.source, "source_path", "") or result.source.name
+    src = result.source.source_path or result.source.name
     proto = to_onnx(result.source).SerializeToString()
     return {"name": Path(str(src)).stem if src else result.source.name, "sha256": _sha256(proto),
             "inputs": [{"name": v.name, "shape": list(v.type.shape or ()), "dtype": str(v.type.dtype)}

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.diagnostics import Diagnostic
 from engine.ir.events import (
     EdgeChanged,
     EventSource,
@@ -240,6 +241,19 @@ class Graph:
         self.metadata_props: dict[str, str] = {}
         self.functions: list[Any] = []  # FunctionProtos kept verbatim
         self.sparse_initializers: list[Any] = []  # SparseTensorProtos kept verbatim
+        # Names of initializers that the file also lists as graph inputs: ONNX lets a caller
+        # feed them, so passes must not fold them (engine.sim.feeds accepts them as inputs).
+        self.overridable: list[str] = []
+        # Where the model was loaded from ("" when built in memory) and what the loader found
+        # (non-finite weights, shape-inference warnings): set by engine.loader, shown by the CLI
+        # and the GUI, carried by clones and checkpoints like every field in COPIED_FIELDS.
+        self.source_path = ""
+        self.diagnostics: list[Diagnostic] = []
+
+    COPIED_FIELDS = ("doc_string", "opset_imports", "ir_version", "producer_name", "producer_version",
+                     "model_version", "model_doc_string", "metadata_props", "functions",
+                     "sparse_initializers", "overridable", "source_path", "diagnostics")
+    """The graph-level fields a clone copies (containers shallowly; nodes and values are rebuilt)."""
 
     # -- reading ---------------------------------------------------------------------------
     @property

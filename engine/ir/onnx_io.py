@@ -102,10 +102,9 @@ def _graph_from_proto(gp: GraphProto, parent: Graph | None) -> Graph:
         v = g.add_value(Value(t.name, TensorType.of(arr), const=arr))
         g.initializers[t.name] = v
     g.sparse_initializers = list(gp.sparse_initializer)
-    g.overridable = []  # type: ignore[attr-defined]
     for vi in gp.input:
         if vi.name in g.initializers:
-            g.overridable.append(vi.name)  # type: ignore[attr-defined]
+            g.overridable.append(vi.name)
             continue
         if vi.name in g.values:
             raise ConversionError(f"graph input {vi.name!r} is declared twice")
@@ -280,7 +279,7 @@ def _graph_to_proto(g: Graph) -> GraphProto:
         nodes.append(np_)
         if n.meta.get("activation"):  # a fused activation is written back as its standard ops
             nodes.extend(_activation_protos(g, n, np_, fused_names, fused_inits))
-    overridable = [n for n in getattr(g, "overridable", []) if n in g.initializers]
+    overridable = [n for n in g.overridable if n in g.initializers]
     inputs = [_type_to_proto(v.name, v.type) for v in g.inputs]
     inputs += [_type_to_proto(n, g.initializers[n].type) for n in overridable]
     outputs = [_type_to_proto(v.name, v.type) for v in g.outputs]

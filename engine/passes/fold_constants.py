@@ -80,11 +80,11 @@ class FoldConstants(Pass):
         return PassResult(graph, modified, diags, events)
 
     def _freeze(self, graph: Graph, diags: list[Diagnostic]) -> bool:
-        over = getattr(graph, "overridable", None)
+        over = graph.overridable
         if not self.freeze_initializer_inputs or not over:
             return False
         n = len(over)
-        graph.overridable = []  # type: ignore[attr-defined]
+        graph.overridable = []
         graph._touch()
         diags.append(Diagnostic(INFO, None, "frozen-initializers",
                                 f"{n} initializers that the model also lists as inputs are treated as constants "

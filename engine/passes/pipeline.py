@@ -22,7 +22,6 @@ from engine.passes.base import (
     PipelineItem,
     Repeat,
     count_nodes,
-    paused_gc,
     subgraphs,
 )
 from engine.passes.eliminate import (
@@ -184,13 +183,12 @@ def optimize(graph: Graph, options: OptimizeOptions | None = None, copy: bool = 
     if disable:
         o = OptimizeOptions(**{**o.__dict__, "disable": tuple(o.disable) + tuple(disable)})
     manager = PassManager(build_pipeline(o), disabled=o.disable, verify=o.verify, check_onnx=o.check_onnx)
-    with paused_gc():
-        g = clone_graph(graph) if copy else graph
-        before = count_nodes(g)
-        hist = Counter(n.op_type for n in g.all_nodes())
-        run = manager.run(g)
-        g = run.graph
-        finalize(g)
+    g = clone_graph(graph) if copy else graph
+    before = count_nodes(g)
+    hist = Counter(n.op_type for n in g.all_nodes())
+    run = manager.run(g)
+    g = run.graph
+    finalize(g)
     return OptimizeResult(g, run.trace, run.diagnostics, before, count_nodes(g), dict(hist))
 
 
@@ -204,7 +202,7 @@ def finalize(graph: Graph) -> None:
     if any(v is not None and v.type.dtype is None and is_tensor_type(v.type) for n in graph.nodes for v in n.outputs):
         infer_shapes(graph)
     need = min_ir_version(graph.opset(""))
-    over = set(getattr(graph, "overridable", None) or ())
+    over = set(graph.overridable)
     if any(name not in over for name in graph.initializers):
         need = max(need, 4)
     if graph.ir_version < need:

@@ -278,6 +278,6 @@ def build_qdq(graph: Graph, calib: Calibration, config: QuantConfig) -> Quantize
                 user.set_input(idx, dq)
     # Float weights replaced by their quantized copies are dropped.
     for name, v in list(g.initializers.items()):
-        if not v.uses() and not v.is_graph_output and name not in getattr(g, "overridable", ()):
+        if not v.uses() and not v.is_graph_output and name not in g.overridable:
             g.remove_initializer(name)
     return res

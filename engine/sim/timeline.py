@@ -21,7 +21,6 @@ from engine.errors import InputError
 from engine.hw.cost_model import CostModel, OpCost, plan_residency
 from engine.hw.target import HardwareTarget, resolve_target
 from engine.ir.graph import Graph, Value
-from engine.passes.base import paused_gc
 from engine.place.partition import Placement, Transfer, place
 from engine.place.support import GraphFacts
 
@@ -358,7 +357,7 @@ def _stages(records: list[OpRecord], lanes: _Lanes, host: dict[str, Any], pl: Pl
 # -- facade --------------------------------------------------------------------------------------
 def require_static_inputs(graph: Graph) -> None:
     """Raise InputError naming the first graph input dimension that is not a fixed size."""
-    where = getattr(graph, "source_path", None) or graph.name
+    where = graph.source_path or graph.name
     for v in graph.inputs:
         if v.name in graph.initializers or v.type.shape is None:
             continue
@@ -380,8 +379,7 @@ def simulate(graph: Graph, target: HardwareTarget | str, options: SimOptions | N
     options = options or SimOptions()
     tgt = resolve_target(target)
     require_static_inputs(graph)
-    with paused_gc():  # the IR is a large cyclic heap: see engine.passes.base.paused_gc
-        return _simulate(graph, tgt, options, placement)
+    return _simulate(graph, tgt, options, placement)
 
 
 def _simulate(graph: Graph, tgt: HardwareTarget, options: SimOptions, placement: Placement | None) -> SimResult:
@@ -412,6 +410,6 @@ def _simulate(graph: Graph, tgt: HardwareTarget, options: SimOptions, placement:
     host = _host_stages(graph, facts, tgt, options.host)
     stages = _stages(records, lanes, host, pl)
     e2e = host["decode"] + host["preprocess"] + latency + host["postprocess"]
-    diags = list(getattr(graph, "diagnostics", []) or []) + pl.diagnostics
+    diags = list(graph.diagnostics) + pl.diagnostics
     return SimResult(tgt, graph.name, pl, records, lanes.events, transfers, stages, latency, e2e,
                      {k: v for k, v in host.items() if isinstance(v, float)}, diags)
