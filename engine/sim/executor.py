@@ -20,6 +20,7 @@ from nodes import registry
 from nodes.spec import OpError, OpSpec, RunContext
 
 NodeHook = Callable[[Node, list[np.ndarray | None]], None]
+"""Called after each node with its outputs (``run(..., hook=...)``)."""
 
 
 @dataclass
@@ -153,6 +154,7 @@ class Executor:
         self._plans: dict[int, _Plan] = {}
         self._env_stack: list[Mapping[str, Any]] = []
         self._hook: NodeHook | None = None
+        self._hook_bodies = False
 
     def _plan(self, graph: Graph) -> _Plan:
         plan = self._plans.get(id(graph))
@@ -162,11 +164,13 @@ class Executor:
         return plan
 
     def run(self, feeds: Mapping[str, np.ndarray], keep_all: bool = False,
-            hook: NodeHook | None = None) -> dict[str, np.ndarray]:
+            hook: NodeHook | None = None, hook_bodies: bool = False) -> dict[str, np.ndarray]:
         """Execute the graph; returns the outputs (every value when ``keep_all``).
 
         Before the first run with given input shapes, the peak memory is estimated and a run
         that would exceed ``max_bytes`` is refused (ExecutionError) instead of exhausting the machine.
+        ``hook`` sees the main graph's nodes, and with ``hook_bodies`` also every execution of a
+        node inside an If/Loop/Scan body (a Loop body's nodes once per iteration).
         """
         key = (self.graph.version, self.max_bytes, tuple(sorted((k, _shape_key(v)) for k, v in feeds.items())))
         if key not in self._checked:
@@ -174,11 +178,18 @@ class Executor:
 
             check_memory(self.graph, feeds, self.max_bytes)
             self._checked.add(key)
-        self._hook = hook
+        self._hook, self._hook_bodies = hook, hook_bodies
         try:
             return self._run(self.graph, feeds, ChainMap(), keep_all)
         finally:
             self._hook = None
+
+    def scope(self) -> Mapping[str, Any]:
+        """The values visible where the node being hooked runs (its graph's, then enclosing ones):
+        a hook reads a node's inputs here. Only meaningful during a hook call."""
+        if not self._env_stack:
+            raise RuntimeError("Executor.scope() is only available while a graph runs")
+        return self._env_stack[-1]
 
     def _fold_constants(self, plan: _Plan, outer: Mapping[str, Any]) -> None:
         """Compute the constant-only steps once and keep their outputs with the initializers."""
@@ -212,7 +223,7 @@ class Executor:
         local.update(feeds)
         env = ChainMap(local, outer) if outer else local
         self._env_stack.append(env)
-        hook = self._hook if graph is self.graph else None
+        hook = self._hook if graph is self.graph or self._hook_bodies else None
         try:
             for step in plan.steps:
                 _execute(step, env, local)
