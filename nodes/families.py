@@ -8,6 +8,7 @@ from nodes import (  # noqa: F401
     elementwise,
     indexing,
     logical,
+    losses,
     matmul,
     normalization,
     pooling,
@@ -17,5 +18,6 @@ from nodes import (  # noqa: F401
     resize,
     sequence,
     shape_ops,
+    signal,
     tensor_gen,
 )
