@@ -2,6 +2,7 @@
 
 from nodes import (  # noqa: F401
     activation,
+    attention,
     cast,
     control,
     conv,

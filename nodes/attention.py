@@ -1,0 +1,225 @@
+"""Scaled dot-product attention as one op (ONNX Attention, opsets 23-25).
+
+Q (B, Hq, S, D), K (B, Hkv, L, D), V (B, Hkv, L, Dv); 3-D inputs (B, S, H*D) are split into
+heads with q_num_heads / kv_num_heads and merged back on the way out. With a cache,
+K' = concat(past_key, K) and V' = concat(past_value, V) along the sequence axis (the present_*
+outputs). With s = scale (default 1/sqrt(D)), both operands are scaled by sqrt(s) first (as
+the reference function does, so float16 rounds the same way):
+
+    QK = (Q sqrt(s)) (K' sqrt(s))^T              one (S, L') score matrix per batch and head
+    QK = softcap * tanh(QK / softcap)            when softcap > 0
+    P  = softmax(QK + bias)                      along the key axis
+    Y  = P V'
+
+bias adds attn_mask (a bool mask becomes 0 / -inf, a float mask is added; a mask shorter than
+L' is padded with -inf), the causal mask (query i sees key j iff j <= i + offset, offset = the
+past length, or nonpad_kv_seqlen[b] - S with an external cache), the sliding window
+(offset + i - left <= j <= offset + i + right) and the padding mask j < nonpad_kv_seqlen[b].
+A query row whose bias is -inf everywhere attends nothing: its probabilities are 0. GQA: when
+Hq is a multiple of Hkv, each K/V head serves Hq/Hkv consecutive query heads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from nodes.matmul import matmul
+from nodes.registry import register
+from nodes.spec import AttrSpec, NodeContext, OpError, OpSpec, Port, RunContext, Work
+from nodes.types import Dim, TensorType, np_dtype
+
+
+def _split_heads(x: np.ndarray, heads: int, what: str) -> np.ndarray:
+    b, s, hidden = x.shape
+    if heads <= 0 or hidden % heads:
+        raise OpError(f"Attention: {what} hidden size {hidden} is not a multiple of {heads} heads")
+    return x.reshape(b, s, heads, hidden // heads).transpose(0, 2, 1, 3)
+
+
+def _softmax_rows(x: np.ndarray) -> np.ndarray:
+    """Softmax along the last axis; a row that is -inf everywhere gives zeros, not NaN.
+    float16 rounds per step (sum accumulated in float32), like the Softmax op."""
+    top = x.max(axis=-1, keepdims=True)
+    top = np.where(np.isneginf(top), x.dtype.type(0), top)
+    e = np.exp(x - top)
+    total = e.sum(axis=-1, keepdims=True, dtype=np.float32 if e.dtype == np.float16 else None)
+    total = np.where(total == 0, 1, total).astype(e.dtype)
+    return e / total
+
+
+def _causal_allowed(s: int, length: int, offset: Any) -> np.ndarray:
+    """allowed[i, j] = j <= i + offset ((S, L), or (B, 1, S, L) for per-batch offsets)."""
+    i = np.arange(s).reshape(s, 1)
+    j = np.arange(length).reshape(1, length)
+    if np.ndim(offset):
+        return (j <= i + np.reshape(offset, (-1, 1, 1)))[:, None]
+    return j <= i + int(offset)
+
+
+def _window_allowed(s: int, length: int, offset: Any, left: int, right: int) -> np.ndarray:
+    i = np.arange(s).reshape(s, 1)
+    j = np.arange(length).reshape(1, length)
+    diff = (i + np.reshape(offset, (-1, 1, 1)) - j)[:, None] if np.ndim(offset) else i + int(offset) - j
+    ok = np.ones(diff.shape, bool)
+    if left >= 0:
+        ok &= diff <= left
+    if right >= 0:
+        ok &= -diff <= right
+    return ok
+
+
+@register("Attention", since=23)
+class AttentionSpec(OpSpec):
+    """softmax(Q K^T * scale + mask) V with optional KV cache, causal/window masks and GQA."""
+
+    family = "attention"
+    doc = ("Scaled dot-product attention: softmax(Q K^T * scale + bias) V, with 3-D or 4-D inputs, "
+           "a bool or additive mask, causal and sliding-window masks, a past K/V cache, grouped-query "
+           "heads, softcap, and optionally the QK scores as a fourth output.")
+    inputs = (Port("Q"), Port("K"), Port("V"), Port("attn_mask", optional=True),
+              Port("past_key", optional=True), Port("past_value", optional=True),
+              Port("nonpad_kv_seqlen", optional=True))
+    outputs = (Port("Y"), Port("present_key", optional=True), Port("present_value", optional=True),
+               Port("qk_matmul_output", optional=True))
+    attrs = (
+        AttrSpec("is_causal", "int", 0, "1: query i attends keys j <= i + past length only."),
+        AttrSpec("q_num_heads", "int", None, "Query heads (3-D inputs only)."),
+        AttrSpec("kv_num_heads", "int", None, "Key/value heads (3-D inputs only)."),
+        AttrSpec("scale", "float", None, "Score scale (default 1/sqrt(head size))."),
+        AttrSpec("softcap", "float", 0.0, "> 0: scores become softcap * tanh(scores / softcap)."),
+        AttrSpec("softmax_precision", "int", None, "Element type the softmax is computed in."),
+        AttrSpec("qk_matmul_output_mode", "int", 0,
+                 "Fourth output: 0/1 the (softcapped) scores, 2 scores + bias, 3 the probabilities."),
+        AttrSpec("left_window_size", "int", -1, "Keys further back than this are masked (-1: none)."),
+        AttrSpec("right_window_size", "int", -1, "Keys further ahead than this are masked (-1: none)."),
+    )
+
+    def _heads(self, ctx_attrs: dict, rank: int | None) -> tuple[int | None, int | None]:
+        qh, kh = ctx_attrs.get("q_num_heads"), ctx_attrs.get("kv_num_heads")
+        if rank == 4 and (qh is not None or kh is not None):
+            raise OpError("Attention: q_num_heads and kv_num_heads are for 3-D inputs only")
+        return (None if qh is None else int(qh)), (None if kh is None else int(kh))
+
+    def infer(self, ctx: NodeContext) -> list[TensorType]:
+        """Y like Q (3-D: hidden = q heads x V head size); present_* with past + new length."""
+        q, k, v = ctx.shape(0), ctx.shape(1), ctx.shape(2)
+        dt = ctx.dtype(0)
+        if q is None or k is None or v is None:
+            return [TensorType(dt)] + [TensorType(dt)] * (len(ctx.node.outputs) - 1)
+        if not (len(q) == len(k) == len(v)) or len(q) not in (3, 4):
+            raise OpError(f"Attention: Q, K, V must all be 3-D or all 4-D, got ranks {len(q)}, {len(k)}, {len(v)}")
+        qh, kh = self._heads(ctx.attrs, len(q))
+        past: Dim = 0
+        if ctx.has_input(4):
+            ps = ctx.shape(4)
+            past = ps[2] if ps is not None else None
+        if len(q) == 3:
+            if qh is None or kh is None:
+                raise OpError("Attention with 3-D inputs needs q_num_heads and kv_num_heads")
+            b, s = q[0], q[1]
+            dv = v[2] // kh if isinstance(v[2], int) else None
+            y = (b, s, qh * dv if dv is not None else None)
+            kvh, length, dk = kh, k[1], (k[2] // kh if isinstance(k[2], int) else None)
+            hq = qh
+        else:
+            b, hq, s = q[0], q[1], q[2]
+            dv = v[3]
+            y = (b, hq, s, dv)
+            kvh, length, dk = k[1], k[2], k[3]
+        total = past + length if isinstance(past, int) and isinstance(length, int) else None
+        types = [TensorType(dt, y), TensorType(dt, (b, kvh, total, dk)), TensorType(dt, (b, kvh, total, dv)),
+                 TensorType(dt, (b, hq, s, total))]
+        return types[:max(len(ctx.node.outputs), 1)]
+
+    def reference(self, ctx: RunContext, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                  attn_mask: np.ndarray | None = None, past_key: np.ndarray | None = None,
+                  past_value: np.ndarray | None = None,
+                  nonpad_kv_seqlen: np.ndarray | None = None) -> list[np.ndarray]:
+        """Compute Y, present_key, present_value and the optional QK output."""
+        a = ctx.attrs
+        if (past_key is None) != (past_value is None):
+            raise OpError("Attention: past_key and past_value come together")
+        if nonpad_kv_seqlen is not None and past_key is not None:
+            raise OpError("Attention: nonpad_kv_seqlen cannot be combined with a past cache")
+        if not (q.ndim == k.ndim == v.ndim) or q.ndim not in (3, 4):
+            raise OpError(f"Attention: Q, K, V must all be 3-D or all 4-D, got {q.shape}, {k.shape}, {v.shape}")
+        qh, kh = self._heads(a, q.ndim)
+        three_d = q.ndim == 3
+        if three_d:
+            if qh is None or kh is None:
+                raise OpError("Attention with 3-D inputs needs q_num_heads and kv_num_heads")
+            q, k, v = _split_heads(q, qh, "Q"), _split_heads(k, kh, "K"), _split_heads(v, kh, "V")
+        dt = q.dtype
+        s, d = q.shape[2], q.shape[3]
+        scale = a.get("scale")
+        scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
+        root = dt.type(np.sqrt(scale))
+        if past_key is not None:
+            k = np.concatenate([past_key, k], axis=2)
+            v = np.concatenate([past_value, v], axis=2)
+        present_k, present_v = k, v
+        length = k.shape[2]
+        bias = np.zeros((s, length), dt)
+        mask = attn_mask
+        if mask is not None and mask.shape[-1] < length:
+            pad = [(0, 0)] * (mask.ndim - 1) + [(0, length - mask.shape[-1])]
+            mask = np.pad(mask, pad, constant_values=False if mask.dtype == bool else -np.inf)
+        if mask is not None:
+            mask = np.where(mask, dt.type(0), dt.type(-np.inf)) if mask.dtype == bool else mask.astype(dt)
+        left, right = int(a.get("left_window_size", -1)), int(a.get("right_window_size", -1))
+        if past_key is None and nonpad_kv_seqlen is not None:
+            offset: Any = np.asarray(nonpad_kv_seqlen).reshape(-1).astype(np.int64) - s
+        else:
+            offset = past_key.shape[2] if past_key is not None else 0
+        if int(a.get("is_causal", 0)):
+            base = bias if mask is None else bias + mask
+            bias = base + np.where(_causal_allowed(s, length, offset), dt.type(0), dt.type(-np.inf))
+        elif mask is not None:
+            bias = bias + mask
+        if left >= 0 or right >= 0:
+            bias = bias + np.where(_window_allowed(s, length, offset, left, right), dt.type(0), dt.type(-np.inf))
+        if nonpad_kv_seqlen is not None:
+            keep = np.arange(length) < np.asarray(nonpad_kv_seqlen).reshape(-1, 1)
+            bias = bias + np.where(keep, dt.type(0), dt.type(-np.inf)).reshape(-1, 1, 1, length)
+        hq, hk = q.shape[1], k.shape[1]
+        if hq != hk:
+            if hq % hk or hk != v.shape[1]:
+                raise OpError(f"Attention: {hq} query heads cannot share {hk} key/value heads")
+            k = np.repeat(k, hq // hk, axis=1)
+            v = np.repeat(v, hq // hk, axis=1)
+        scores = matmul(q * root, np.swapaxes(k * root, -1, -2))
+        softcap = float(a.get("softcap") or 0.0)
+        if softcap > 0:
+            scores = (np.tanh(scores / dt.type(softcap)) * dt.type(softcap)).astype(dt)
+        with_bias = scores + bias
+        mode = int(a.get("qk_matmul_output_mode") or 0)
+        qk_out = with_bias if mode == 2 else scores
+        prec = a.get("softmax_precision")
+        probs = _softmax_rows(with_bias.astype(np_dtype(int(prec))) if prec is not None else with_bias)
+        dead = np.isneginf(bias.max(axis=-1, keepdims=True))
+        probs = np.where(dead, probs.dtype.type(0), probs)
+        if mode == 3:
+            qk_out = probs
+        y = matmul(probs.astype(dt), v)
+        if three_d:
+            y = y.transpose(0, 2, 1, 3).reshape(y.shape[0], y.shape[2], -1)
+        return [y, present_k, present_v, np.asarray(qk_out).astype(dt)]
+
+    def work(self, ctx: NodeContext) -> Work:
+        """MACs = B * Hq * S * L' * (D + Dv): the score product and the output product."""
+        w = super().work(ctx)
+        q, k, v = ctx.type(0), ctx.type(1), ctx.type(2)
+        if not (q.is_static and k.is_static and v.is_static) or q.rank not in (3, 4):
+            return w
+        past = ctx.shape(4)[2] if ctx.has_input(4) and ctx.type(4).is_static else 0
+        if q.rank == 4:
+            b, hq, s, d = q.shape  # type: ignore[misc]
+            length, dv = k.shape[2], v.shape[3]  # type: ignore[index]
+        else:
+            hq, hk = int(ctx.attrs.get("q_num_heads") or 1), int(ctx.attrs.get("kv_num_heads") or 1)
+            b, s, d = q.shape[0], q.shape[1], q.shape[2] // hq  # type: ignore[index,operator]
+            length, dv = k.shape[1], v.shape[2] // hk  # type: ignore[index,operator]
+        w.macs = int(b) * int(hq) * int(s) * (int(length) + int(past)) * (int(d) + int(dv))
+        return w
