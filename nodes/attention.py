@@ -223,3 +223,57 @@ class AttentionSpec(OpSpec):
             length, dv = k.shape[1], v.shape[2] // hk  # type: ignore[index,operator]
         w.macs = int(b) * int(hq) * int(s) * (int(length) + int(past)) * (int(d) + int(dv))
         return w
+
+
+@register("RotaryEmbedding", since=23)
+class RotaryEmbeddingSpec(OpSpec):
+    """Rotary position embedding of the first rotary_embedding_dim features of each head."""
+
+    family = "attention"
+    doc = ("Rotates feature pairs (x1, x2) of each head by the position's angle: (x1 cos - x2 sin, "
+           "x1 sin + x2 cos); pairs are the two halves of the rotated part, or neighbours when "
+           "interleaved. Input (B, H, S, D) or (B, S, H*D) with num_heads.")
+    inputs = (Port("X"), Port("cos_cache"), Port("sin_cache"), Port("position_ids", optional=True))
+    outputs = (Port("Y"),)
+    attrs = (AttrSpec("interleaved", "int", 0, "1: pairs are (x[2i], x[2i+1]); 0: the two halves."),
+             AttrSpec("rotary_embedding_dim", "int", 0, "Features rotated per head (0: all)."),
+             AttrSpec("num_heads", "int", 0, "Heads of a 3-D input."))
+
+    def infer(self, ctx: NodeContext) -> list[TensorType]:
+        """Same type as X."""
+        return [ctx.type(0)]
+
+    def reference(self, ctx: RunContext, x: np.ndarray, cos: np.ndarray, sin: np.ndarray,
+                  position_ids: np.ndarray | None = None) -> np.ndarray:
+        """Gather cos/sin per position, rotate the pairs, keep the rest."""
+        a = ctx.attrs
+        if x.ndim == 4:
+            h = x.transpose(0, 2, 1, 3)  # (B, S, H, D)
+        elif x.ndim == 3:
+            heads = int(a.get("num_heads") or 0)
+            if heads <= 0 or x.shape[2] % heads:
+                raise OpError(f"RotaryEmbedding: a 3-D input needs num_heads dividing {x.shape[2]}")
+            h = x.reshape(x.shape[0], x.shape[1], heads, x.shape[2] // heads)
+        else:
+            raise OpError(f"RotaryEmbedding: input must be 3-D or 4-D, got {x.shape}")
+        rot = int(a.get("rotary_embedding_dim") or 0) or h.shape[3]
+        if rot % 2 or rot > h.shape[3]:
+            raise OpError(f"RotaryEmbedding: rotary_embedding_dim {rot} must be even and <= {h.shape[3]}")
+        if position_ids is not None:
+            cos, sin = cos[position_ids], sin[position_ids]
+        if cos.shape[-1] != rot // 2 or sin.shape[-1] != rot // 2:
+            raise OpError(f"RotaryEmbedding: caches end in {cos.shape[-1]}, expected rotary_embedding_dim/2 = {rot // 2}")
+        cos, sin = cos[:, :, None, :], sin[:, :, None, :]
+        part, rest = h[..., :rot], h[..., rot:]
+        if int(a.get("interleaved") or 0):
+            x1, x2 = part[..., 0::2], part[..., 1::2]
+        else:
+            x1, x2 = part[..., :rot // 2], part[..., rot // 2:]
+        real = cos * x1 - sin * x2
+        imag = sin * x1 + cos * x2
+        if int(a.get("interleaved") or 0):
+            turned = np.stack([real, imag], axis=-1).reshape(part.shape)
+        else:
+            turned = np.concatenate([real, imag], axis=-1)
+        out = np.concatenate([turned, rest], axis=-1).astype(x.dtype)
+        return out.reshape(x.shape) if x.ndim == 3 else out.transpose(0, 2, 1, 3)
