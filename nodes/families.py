@@ -6,6 +6,7 @@ from nodes import (  # noqa: F401
     cast,
     control,
     conv,
+    detection,
     elementwise,
     indexing,
     logical,
