@@ -40,9 +40,8 @@ def fused_groups(result: CompileResult) -> list[dict[str, Any]]:
         prov = n.meta.get("provenance")
         if prov:
             rec = {"node": n.name, "op_type": n.op_type, "from": list(prov)}
-            act = n.meta.get("activation")
-            if act:
-                rec["activation"] = act.get("op_type")
+            if n.activation:
+                rec["activation"] = n.activation.op_type
             out.append(rec)
     return out
 

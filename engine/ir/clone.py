@@ -3,7 +3,7 @@
 Constant arrays are shared between the original and the clone: the IR treats arrays held in
 initializers and attributes as immutable (passes build new arrays instead of writing into
 old ones), so sharing them is safe and keeps a clone cheap. Node metadata is copied one
-level deep (``meta["provenance"]`` lists and ``meta["activation"]`` dicts are copied).
+level deep (``meta["provenance"]`` lists are copied); a fused ``activation`` is immutable and shared.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ def _clone(src: Graph, parent: Graph | None, vmap: dict[int, Value]) -> Graph:
         node.attr_types = dict(src_node.attr_types)
         node.doc_string = src_node.doc_string
         node.meta = _copy_meta(src_node.meta) if src_node.meta else {}
+        node.activation = src_node.activation
         node.graph = g
         # Use-def links directly (add_node would emit an event and bump the version per node).
         for i, v in enumerate(node._inputs):
@@ -109,7 +110,7 @@ class Checkpoint:
         while stack:
             g = stack.pop()
             nodes = [(n, n._inputs[:], n.outputs[:], n.attrs.copy(), n.attr_types.copy(), n.meta.copy(),
-                      n.op_type, n.name, n.domain) for n in g._nodes.values()]
+                      n.activation, n.op_type, n.name, n.domain) for n in g._nodes.values()]
             for n in g._nodes.values():
                 for a in n.attrs.values():
                     if isinstance(a, (Graph, list)):
@@ -125,9 +126,9 @@ class Checkpoint:
         for (g, nodes, values, node_table, value_table, inits, inputs, outputs, opsets, ir_version,
              overridable) in self._graphs:
             # Fresh copies again: the checkpoint may be restored more than once.
-            for n, inputs_, outputs_, attrs, attr_types, meta, op_type, name, domain in nodes:
+            for n, inputs_, outputs_, attrs, attr_types, meta, activation, op_type, name, domain in nodes:
                 n._inputs, n.outputs, n.attrs = list(inputs_), list(outputs_), dict(attrs)
-                n.attr_types, n.meta = dict(attr_types), dict(meta)
+                n.attr_types, n.meta, n.activation = dict(attr_types), dict(meta), activation
                 n.op_type, n.name, n.domain, n.graph = op_type, name, domain, g
             for v, name, type_, const in values:
                 v.name, v.type, v.const, v.graph = name, type_, const, g

@@ -23,6 +23,7 @@ from engine.ir.events import (
     NodeChanged,
     NodeRemoved,
 )
+from engine.ir.fused import FusedActivation
 from nodes.types import TensorType
 
 
@@ -65,11 +66,6 @@ class Value:
         return list(seen.values())
 
     @property
-    def is_initializer(self) -> bool:
-        """True for a constant without a producer (an ONNX initializer)."""
-        return self.const is not None and self._producer is None
-
-    @property
     def is_graph_output(self) -> bool:
         """True when some graph lists this value among its outputs."""
         g = self.graph
@@ -108,8 +104,8 @@ class Value:
 class Node:
     """One operator application. ``attrs`` holds plain Python values (Graph for subgraphs)."""
 
-    __slots__ = ("_inputs", "attr_types", "attrs", "doc_string", "domain", "graph", "meta", "name",
-                 "op_type", "outputs")
+    __slots__ = ("_inputs", "activation", "attr_types", "attrs", "doc_string", "domain", "graph", "meta",
+                 "name", "op_type", "outputs")
 
     def __init__(self, op_type: str, inputs: Iterable[Value | None] = (), outputs: Iterable[Value | None] = (),
                  attrs: dict[str, Any] | None = None, name: str = "", domain: str = "") -> None:
@@ -121,8 +117,12 @@ class Node:
         self.attrs: dict[str, Any] = dict(attrs or {})
         self.attr_types: dict[str, int] = {}
         self.doc_string = ""
-        # Free-form metadata that passes and tools add (e.g. "provenance", "activation", "pin").
+        # Free-form metadata that passes and tools add (e.g. "provenance", "pin"); nothing in it
+        # changes what the node computes.
         self.meta: dict[str, Any] = {}
+        # An activation fused into this op (engine.ir.fused): it does change what the node
+        # computes, so it is typed and validated, and every reader goes through it.
+        self.activation: FusedActivation | None = None
         self.graph: Graph | None = None
 
     @property
@@ -402,10 +402,6 @@ class Graph:
         value.graph = self
         self.values[value.name] = value
         return value
-
-    def make_value(self, name: str, type: TensorType | None = None) -> Value:
-        """Create and register a fresh value with a unique name derived from ``name``."""
-        return self.add_value(Value(self.unique_name(name), type))
 
     def add_input(self, value: Value) -> Value:
         """Append a graph input."""

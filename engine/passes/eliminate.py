@@ -449,8 +449,8 @@ def _attr_key(value: Any) -> Any:
 
 
 def _activation_key(node: Node) -> Any:
-    act = node.meta.get("activation")
-    return None if not act else (act["op_type"], _attr_key(act.get("attrs") or {}))
+    act = node.activation
+    return None if not act else (act.op_type, _attr_key(act.attrs))
 
 
 class EliminateCommonSubexpressions(Pass):

@@ -130,7 +130,7 @@ class FoldConstants(Pass):
                 return RuleEvent(rule, node.name, False,
                                  reason="the result is a sequence or an optional, not a tensor an initializer can hold")
             arrays = [res] if isinstance(res, np.ndarray) else [None if a is None else np.asarray(a) for a in res]
-            if node.meta.get("activation") and arrays:
+            if node.activation and arrays:
                 arrays[0] = run_activation(node, arrays[0], ctx.opset)
         name = node.name
         outputs = list(node.outputs)

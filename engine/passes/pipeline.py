@@ -13,7 +13,6 @@ from typing import Any
 
 from engine.diagnostics import Diagnostic
 from engine.ir.clone import clone_graph
-from engine.ir.fused import describe
 from engine.ir.graph import Graph
 from engine.passes.base import (
     Pass,
@@ -143,23 +142,18 @@ class OptimizeResult:
         out = []
         for g in (self.graph, *subgraphs(self.graph)):
             for n in g.toposort():
-                self._fused_entry(n, out)
+                prov = n.meta.get("provenance")
+                if (prov and (len(prov) > 1 or prov != [n.name])) or n.activation:
+                    entry: dict[str, Any] = {"node": n.name, "op_type": n.op_type, "from": list(prov or [n.name])}
+                    if n.activation:
+                        entry["activation"] = n.activation.describe()
+                    out.append(entry)
         return out
-
-    @staticmethod
-    def _fused_entry(n: Any, out: list[dict[str, Any]]) -> None:
-        prov = n.meta.get("provenance")
-        if (prov and (len(prov) > 1 or prov != [n.name])) or n.meta.get("activation"):
-            entry: dict[str, Any] = {"node": n.name, "op_type": n.op_type, "from": list(prov or [n.name])}
-            if n.meta.get("activation"):
-                entry["activation"] = describe(n.meta["activation"])
-            out.append(entry)
 
     def report(self) -> dict[str, Any]:
         """The ``optimize --report`` document (CONTRACTS.md keys plus per-pass details)."""
         after = Counter(n.op_type for n in self.graph.all_nodes())
-        onnx_nodes = self.nodes_after + sum(2 if n.meta["activation"]["op_type"] == "SiLU" else 1
-                                            for n in self.graph.all_nodes() if n.meta.get("activation"))
+        onnx_nodes = self.nodes_after + sum(n.activation.onnx_nodes for n in self.graph.all_nodes() if n.activation)
         return {
             "nodes_before": self.nodes_before,
             "nodes_after": self.nodes_after,

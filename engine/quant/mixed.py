@@ -59,17 +59,6 @@ def output_quality(graph: Graph, data: CalibrationSet, config: QuantConfig, cali
     return _worst(analyze(graph, qm, data, samples, outputs_only=True).outputs)
 
 
-def candidate_gains(graph: Graph, data: CalibrationSet, config: QuantConfig, calibration: Calibration,
-                    nodes: list[str], precision: str = "int16", samples: int = 8,
-                    latency_cost: LatencyCost | None = None) -> list[Candidate]:
-    """For each node, the output SQNR gained by raising it alone to ``precision``."""
-    base, _ = output_quality(graph, data, config, calibration, samples)
-    out = []
-    for n in nodes:
-        sq, _ = output_quality(graph, data, config.with_precision(n, precision), calibration, samples)
-        out.append(Candidate(n, precision, sq - base, latency_cost(n, precision) if latency_cost else None))
-    return out
-
 
 def auto_mixed_precision(graph: Graph, data: CalibrationSet, config: QuantConfig, calibration: Calibration,
                          ranking: list[str], target_sqnr_db: float | None = None,

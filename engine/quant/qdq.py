@@ -29,21 +29,19 @@ from engine.quant.calibrate import (
     is_float_activation,
     quantizable_nodes,
 )
-from engine.quant.config import QuantConfig
+from engine.quant.config import QuantConfig, quant_spec
 from engine.quant.observers import HistogramObserver
 from engine.quant.params import (
     FLOAT_PRECISIONS,
     QuantParams,
     bias_params,
     params_from_range,
-    quantize,
+    quantize_array,
     type_limits,
     weight_params,
 )
 from nodes.types import TensorType
 
-WEIGHT_INPUT = {"Conv": 1, "ConvTranspose": 1, "Gemm": 1, "MatMul": 1}
-BIAS_INPUT = {"Conv": 2, "ConvTranspose": 2, "Gemm": 2}
 CAST_TO = {"fp16": TensorProto.FLOAT16, "bf16": TensorProto.BFLOAT16}
 
 
@@ -69,18 +67,6 @@ class QuantizedModel:
         }
 
 
-def weight_axis(node: Node) -> int:
-    """The output-channel axis of a node's weight tensor."""
-    if node.op_type == "ConvTranspose":
-        return 1
-    if node.op_type == "Gemm":
-        return 0 if node.attrs.get("transB", 0) else 1
-    if node.op_type == "MatMul":
-        w = node.inputs[1]
-        return (w.const.ndim - 1) if w is not None and w.const is not None else 1
-    return 0
-
-
 def activation_params(calib: Calibration, tensor: str, dtype: str, config: QuantConfig) -> QuantParams:
     """Parameters of an activation tensor from its calibration statistics."""
     obs = calib.stats.get(tensor)
@@ -97,7 +83,7 @@ def activation_params(calib: Calibration, tensor: str, dtype: str, config: Quant
     return params_from_range(lo, hi, dtype, symmetric)
 
 
-def ensure_opset(graph: Graph, version: int) -> tuple[Graph, list[Diagnostic]]:
+def converted_to_opset(graph: Graph, version: int) -> tuple[Graph, list[Diagnostic]]:
     """The graph at default-domain opset >= ``version`` (onnx's version converter when raising)."""
     if graph.opset("") >= version:
         return graph, []
@@ -127,7 +113,7 @@ def refuse_activations(src: Graph, g: Graph) -> Graph:
     activations as separate, uncalibrated ops. ``src`` is at the fixed point of the
     fuse_activation pass, so running it again restores exactly its fusions.
     """
-    if any(n.meta.get("activation") for n in src.all_nodes()):
+    if any(n.activation for n in src.all_nodes()):
         from engine.passes.fuse_activation import activation_pass
 
         g = activation_pass().run(g).graph
@@ -195,10 +181,11 @@ class _Builder:
             return None
         wdt = "int16" if precision == "int16" else "int8"
         g = node.graph or self.g
-        axis = weight_axis(node)
+        q = quant_spec(node)
+        axis = q.weight_axis(node) if q is not None and q.weight_axis is not None else 0
         qp = weight_params(w.const, wdt, True, self.config.per_channel and w.const.ndim >= 2, axis,
                            self.config.reduce_range)
-        qw = self.const(g, f"{w.name}_quantized", quantize(w.const, qp))
+        qw = self.const(g, f"{w.name}_quantized", quantize_array(w.const, qp))
         scale = self.const(g, f"{w.name}_scale", np.asarray(qp.scale, np.float32))
         zp = self.const(g, f"{w.name}_zero_point", np.asarray(qp.zero_point))
         attrs = {"axis": axis} if qp.per_channel else {}
@@ -210,7 +197,8 @@ class _Builder:
         return qp
 
     def bias(self, node: Node, in_qp: QuantParams | None, w_qp: QuantParams | None) -> None:
-        idx = BIAS_INPUT.get(node.op_type)
+        q = quant_spec(node)
+        idx = q.bias_input if q is not None else None
         b = node.input(idx) if idx is not None else None
         if b is None or b.const is None or in_qp is None or w_qp is None or b.const.ndim != 1:
             return
@@ -242,7 +230,7 @@ def _never_ran(calib: Calibration, node: Node) -> bool:
 def build_qdq(graph: Graph, calib: Calibration, config: QuantConfig) -> QuantizedModel:
     """The QDQ model of ``graph`` (the input graph is not modified)."""
     needs_int16 = config.dtype == "int16" or "int16" in config.precision.values()
-    g, diags = ensure_opset(clone_graph(graph), 21 if needs_int16 else 13)
+    g, diags = converted_to_opset(clone_graph(graph), 21 if needs_int16 else 13)
     res = QuantizedModel(g, diagnostics=list(diags))
     b = _Builder(g, calib, config, res)
     nodes = quantizable_nodes(g, config)
@@ -260,13 +248,14 @@ def build_qdq(graph: Graph, calib: Calibration, config: QuantConfig) -> Quantize
         res.node_precision[node.name] = precision
         params: dict[str, QuantParams] = {}
         in_qp: QuantParams | None = None
-        widx = WEIGHT_INPUT.get(node.op_type)
+        q = quant_spec(node)
+        widx = q.weight_input if q is not None else None
         for i, v in enumerate(node.inputs):
             if i == widx and v is not None and v.const is not None:
                 continue
-            if i == BIAS_INPUT.get(node.op_type) or not is_float_activation(v):
+            if (q is not None and i == q.bias_input) or not is_float_activation(v):
                 continue
-            if i > 0 and node.op_type in ("Clip", "Resize", "LayerNormalization"):
+            if q is not None and i in q.float_inputs:
                 continue  # bounds, scales/sizes and LayerNorm's gamma stay float
             if precision in FLOAT_PRECISIONS:
                 if precision != "fp32":

@@ -20,6 +20,7 @@ from engine.diagnostics import Diagnostic
 from engine.errors import InputError
 from engine.hw.cost_model import CostModel, OpCost, plan_residency
 from engine.hw.target import HardwareTarget, resolve_target
+from engine.ir.fused import FusedActivation
 from engine.ir.graph import Graph, Value
 from engine.place.partition import Placement, Transfer, place
 from engine.place.support import GraphFacts
@@ -67,7 +68,7 @@ class OpRecord:
     start_us: float
     cost: OpCost
     fallback_reason: str | None
-    activation: str | None = None
+    activation: FusedActivation | None = None
     provenance: list[str] | None = None
     transfer_wait_us: float = 0.0
 
@@ -168,7 +169,7 @@ class SimResult:
                 rec["folds"] = c.folds
                 rec["utilization"] = round(c.utilization, 4)
             if o.activation:
-                rec["activation"] = o.activation
+                rec["activation"] = o.activation.to_json()
             if o.provenance:
                 rec["provenance"] = o.provenance
             ops.append(rec)
@@ -287,7 +288,7 @@ def _timeline(pl: Placement, costs: dict[str, OpCost], cm: CostModel) -> tuple[l
         meta = f.node.meta
         prov = meta.get("provenance")
         records.append(OpRecord(name, f.node.op_type, dev, part, end - cost.latency_us, cost, reason,
-                                meta.get("activation"), list(prov) if prov else None, wait))
+                                f.node.activation, list(prov) if prov else None, wait))
     latency = max((e.end_us for e in lanes.events), default=0.0)
     for v in facts.graph.outputs:
         p = v.producer()

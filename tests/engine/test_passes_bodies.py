@@ -108,7 +108,7 @@ def test_fusions_rewrite_nodes_inside_a_body():
     _, else_g = _body(after, "If")
     assert sorted(n.op_type for n in else_g.nodes) == ["Gemm", "Neg"]  # MatMul + Add + Relu -> one Gemm
     gemm = next(n for n in else_g.nodes if n.op_type == "Gemm")
-    assert gemm.meta["activation"]["op_type"] == "Relu"
+    assert gemm.activation is not None and gemm.activation.op_type == "Relu"
     assert set(gemm.meta["provenance"]) == {"", "mm", "pre"} or len(gemm.meta["provenance"]) >= 2
     _assert_both_branches_same(g, after)
 
