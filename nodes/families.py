@@ -21,5 +21,6 @@ from nodes import (  # noqa: F401
     sequence,
     shape_ops,
     signal,
+    strings,
     tensor_gen,
 )

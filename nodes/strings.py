@@ -1,0 +1,102 @@
+"""String tensors (dtype object, one Python str per element): StringConcat, StringSplit and
+RegexFullMatch.
+
+StringConcat joins two broadcast string tensors elementwise. StringSplit splits each element
+at ``delimiter`` (runs of whitespace when it is empty or absent, leading/trailing whitespace
+ignored) at most ``maxsplit`` times; the pieces fill a new last axis padded with "" to the
+longest split, and a second output counts the pieces. RegexFullMatch is true where the whole
+element matches ``pattern`` (Python's re, which agrees with RE2 on the common syntax).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from nodes._util import broadcast_shapes
+from nodes.registry import register
+from nodes.spec import REQUIRED, AttrSpec, NodeContext, OpError, OpSpec, Port, RunContext
+from nodes.types import TensorType
+
+_STR = np.dtype(object)
+
+
+def _strings(x: np.ndarray, op: str) -> np.ndarray:
+    if x.dtype != _STR and x.dtype.kind not in "US":
+        raise OpError(f"{op} expects a string tensor, got {x.dtype}")
+    return x.astype(object)
+
+
+@register("StringConcat", since=20)
+class StringConcatSpec(OpSpec):
+    """X + Y per element, with numpy broadcasting."""
+
+    family = "strings"
+    doc = "Concatenates two string tensors elementwise (broadcasting)."
+    inputs = (Port("X"), Port("Y"))
+    outputs = (Port("Z"),)
+
+    def infer(self, ctx: NodeContext) -> list[TensorType]:
+        """Broadcast shape, string type."""
+        a, b = ctx.shape(0), ctx.shape(1)
+        return [TensorType(_STR, broadcast_shapes(a, b) if a is not None and b is not None else None)]
+
+    def reference(self, ctx: RunContext, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """np.char-free: object arrays add as str concatenation."""
+        return np.asarray(np.add(_strings(x, "StringConcat"), _strings(y, "StringConcat")), dtype=object)
+
+
+@register("StringSplit", since=20)
+class StringSplitSpec(OpSpec):
+    """Split every element into substrings along a new last axis."""
+
+    family = "strings"
+    doc = "Splits each string at delimiter (whitespace when empty); pads with \"\" and counts the pieces."
+    inputs = (Port("X"),)
+    outputs = (Port("Y"), Port("Z"))
+    attrs = (AttrSpec("delimiter", "string", "", "Separator (empty: runs of whitespace)."),
+             AttrSpec("maxsplit", "int", None, "At most this many splits per element."))
+
+    def infer(self, ctx: NodeContext) -> list[TensorType]:
+        """Y: X's shape plus an axis for the pieces; Z: X's shape, int64."""
+        s = ctx.shape(0)
+        return [TensorType(_STR, None if s is None else (*s, None)), TensorType(np.dtype(np.int64), s)]
+
+    def reference(self, ctx: RunContext, x: np.ndarray) -> list[np.ndarray]:
+        """str.split per element, padded to the longest."""
+        x = _strings(x, "StringSplit")
+        sep = ctx.attrs.get("delimiter") or None
+        maxsplit = ctx.attrs.get("maxsplit")
+        limit = -1 if maxsplit is None else int(maxsplit)
+        pieces = [str(s).split(sep, limit) for s in x.ravel()]
+        width = max((len(p) for p in pieces), default=0)
+        y = np.full((len(pieces), width), "", dtype=object)
+        for i, p in enumerate(pieces):
+            y[i, :len(p)] = p
+        counts = np.array([len(p) for p in pieces], dtype=np.int64)
+        return [y.reshape(*x.shape, width), counts.reshape(x.shape)]
+
+
+@register("RegexFullMatch", since=20)
+class RegexFullMatchSpec(OpSpec):
+    """Whether each element matches a regular expression as a whole."""
+
+    family = "strings"
+    doc = "True where the whole string matches pattern."
+    inputs = (Port("X"),)
+    outputs = (Port("Y"),)
+    attrs = (AttrSpec("pattern", "string", REQUIRED, "The regular expression."),)
+
+    def infer(self, ctx: NodeContext) -> list[TensorType]:
+        """bool, X's shape."""
+        return [TensorType(np.dtype(bool), ctx.shape(0))]
+
+    def reference(self, ctx: RunContext, x: np.ndarray) -> np.ndarray:
+        """re.fullmatch per element."""
+        try:
+            rx = re.compile(str(ctx.attrs["pattern"]))
+        except re.error as exc:
+            raise OpError(f"RegexFullMatch: bad pattern {ctx.attrs['pattern']!r}: {exc}") from None
+        x = _strings(x, "RegexFullMatch")
+        return np.array([rx.fullmatch(str(s)) is not None for s in x.ravel()], dtype=bool).reshape(x.shape)
