@@ -18,6 +18,7 @@ from nodes import (  # noqa: F401
     recurrent,
     reduce,
     resize,
+    sampling,
     sequence,
     shape_ops,
     signal,
