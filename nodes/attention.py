@@ -277,3 +277,74 @@ class RotaryEmbeddingSpec(OpSpec):
             turned = np.concatenate([real, imag], axis=-1)
         out = np.concatenate([turned, rest], axis=-1).astype(x.dtype)
         return out.reshape(x.shape) if x.ndim == 3 else out.transpose(0, 2, 1, 3)
+
+
+@register("SwiGLU", since=26)
+class SwiGLUSpec(OpSpec):
+    """The gated feed-forward activation: A * sigmoid(alpha * A) * B."""
+
+    family = "attention"
+    doc = "A * sigmoid(alpha * A) * B for A and B of one shape and dtype (no broadcasting)."
+    inputs = (Port("A"), Port("B"))
+    outputs = (Port("Y"),)
+    attrs = (AttrSpec("alpha", "float", 1.0, "Scale inside the sigmoid."),)
+
+    def infer(self, ctx: NodeContext) -> list[TensorType]:
+        """A's type; A and B must agree."""
+        a, b = ctx.shape(0), ctx.shape(1)
+        if a is not None and b is not None and len(a) == len(b) and any(
+                isinstance(x, int) and isinstance(y, int) and x != y for x, y in zip(a, b)):
+            raise OpError(f"SwiGLU: A {tuple(a)} and B {tuple(b)} must have one shape")
+        return [ctx.type(0)]
+
+    def reference(self, ctx: RunContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Swish gate in the input dtype."""
+        if a.shape != b.shape or a.dtype != b.dtype:
+            raise OpError(f"SwiGLU: A {a.shape} {a.dtype} and B {b.shape} {b.dtype} must match")
+        alpha = a.dtype.type(float(ctx.attrs.get("alpha", 1.0)))
+        gate = (1 / (1 + np.exp(-alpha * a))).astype(a.dtype)
+        return (a * gate * b).astype(a.dtype)
+
+
+@register("TensorScatter", since=24)
+class TensorScatterSpec(OpSpec):
+    """Writes an update into a KV cache at per-batch positions along the sequence axis."""
+
+    family = "attention"
+    doc = ("present = past with update written at write_indices[b] (+ k) along axis for every batch "
+           "b; circular mode wraps the positions around the cache length.")
+    inputs = (Port("past_cache"), Port("update"), Port("write_indices", optional=True))
+    outputs = (Port("present_cache"),)
+    attrs = (AttrSpec("axis", "int", -2, "The sequence axis (not the batch axis 0)."),
+             AttrSpec("mode", "string", "linear", "linear or circular.", choices=("linear", "circular")))
+
+    def infer(self, ctx: NodeContext) -> list[TensorType]:
+        """The cache's type."""
+        return [ctx.type(0)]
+
+    def reference(self, ctx: RunContext, past: np.ndarray, update: np.ndarray,
+                  write_indices: np.ndarray | None = None) -> np.ndarray:
+        """Fancy-indexed write of every update slice."""
+        mode = ctx.attrs.get("mode") or "linear"
+        if mode not in ("linear", "circular"):
+            raise OpError(f"TensorScatter: unknown mode {mode!r}")
+        if past.ndim != update.ndim:
+            raise OpError(f"TensorScatter: cache {past.shape} and update {update.shape} differ in rank")
+        axis = int(ctx.attrs.get("axis", -2)) % past.ndim
+        if axis == 0:
+            raise OpError("TensorScatter: axis must not be the batch axis")
+        for i, (p, u) in enumerate(zip(past.shape, update.shape)):
+            if (i != axis and p != u) or (i == axis and u > p):
+                raise OpError(f"TensorScatter: update {update.shape} does not fit cache {past.shape}")
+        batch, length, steps = past.shape[0], past.shape[axis], update.shape[axis]
+        start = np.zeros(batch, np.int64) if write_indices is None else np.asarray(write_indices, np.int64).reshape(-1)
+        pos = start[:, None] + np.arange(steps)[None, :]  # (batch, steps)
+        if mode == "circular":
+            pos = pos % length
+        elif pos.size and (pos.min() < 0 or pos.max() >= length):
+            raise OpError(f"TensorScatter: positions {int(pos.min())}..{int(pos.max())} leave a cache of {length}")
+        out = past.copy()
+        p = np.moveaxis(out, axis, 1)  # a view: (batch, length, ...)
+        u = np.moveaxis(update, axis, 1)
+        p[np.arange(batch)[:, None], pos] = u
+        return out
