@@ -1,11 +1,12 @@
-"""String tensors (dtype object, one Python str per element): StringConcat, StringSplit and
-RegexFullMatch.
+"""String tensors (dtype object, one Python str per element): StringConcat, StringSplit,
+RegexFullMatch and StringNormalizer.
 
 StringConcat joins two broadcast string tensors elementwise. StringSplit splits each element
 at ``delimiter`` (runs of whitespace when it is empty or absent, leading/trailing whitespace
 ignored) at most ``maxsplit`` times; the pieces fill a new last axis padded with "" to the
 longest split, and a second output counts the pieces. RegexFullMatch is true where the whole
 element matches ``pattern`` (Python's re, which agrees with RE2 on the common syntax).
+StringNormalizer drops the elements equal to a stopword, then changes case.
 """
 
 from __future__ import annotations
@@ -100,3 +101,43 @@ class RegexFullMatchSpec(OpSpec):
             raise OpError(f"RegexFullMatch: bad pattern {ctx.attrs['pattern']!r}: {exc}") from None
         x = _strings(x, "RegexFullMatch")
         return np.array([rx.fullmatch(str(s)) is not None for s in x.ravel()], dtype=bool).reshape(x.shape)
+
+
+@register("StringNormalizer", since=10)
+class StringNormalizerSpec(OpSpec):
+    """Drops stopwords from a string vector (or a [1, C] matrix) and changes case."""
+
+    family = "strings"
+    doc = ("Removes the elements equal to a stopword (case-insensitively unless is_case_sensitive), "
+           "then lower- or upper-cases the rest; when nothing is left the output is one empty string.")
+    inputs = (Port("X"),)
+    outputs = (Port("Y"),)
+    attrs = (AttrSpec("case_change_action", "string", "NONE", "NONE, LOWER or UPPER.",
+                      choices=("NONE", "LOWER", "UPPER")),
+             AttrSpec("is_case_sensitive", "int", 0, "1: stopwords match case-sensitively."),
+             AttrSpec("locale", "string", "", "Locale of the case change (Python's rules are used)."),
+             AttrSpec("stopwords", "strings", None, "Words to remove."))
+
+    def infer(self, ctx: NodeContext) -> list[TensorType]:
+        """Strings of the input's rank; the kept count is known only when running."""
+        s = ctx.shape(0)
+        return [TensorType(_STR, None if s is None else (*s[:-1], None))]
+
+    def reference(self, ctx: RunContext, x: np.ndarray) -> np.ndarray:
+        """Filter, then change case."""
+        x = _strings(x, "StringNormalizer")
+        if (x.ndim == 2 and x.shape[0] != 1) or x.ndim not in (1, 2):
+            raise OpError(f"StringNormalizer takes [C] or [1, C], got shape {x.shape}")
+        action = ctx.attrs.get("case_change_action") or "NONE"
+        if action not in ("NONE", "LOWER", "UPPER"):
+            raise OpError(f"StringNormalizer: unknown case_change_action {action!r}")
+        sensitive = bool(int(ctx.attrs.get("is_case_sensitive") or 0))
+        stops = list(ctx.attrs.get("stopwords") or [])
+        stop_set = set(stops) if sensitive else {w.lower() for w in stops}
+        kept = [str(s) for s in x.ravel() if (str(s) if sensitive else str(s).lower()) not in stop_set]
+        if action == "LOWER":
+            kept = [s.lower() for s in kept]
+        elif action == "UPPER":
+            kept = [s.upper() for s in kept]
+        out = np.array(kept or [""], dtype=object)
+        return out.reshape(1, -1) if x.ndim == 2 else out
