@@ -136,6 +136,7 @@ def compile_model(graph: Graph, target: Any, calibration: CalibrationSet | None 
         try:
             result.quant = quantize(optimized, data, quant, analysis_samples=options.analysis_samples,
                                     progress=step, cancel=cancel)
+            result.diagnostics.extend(result.quant.diagnostics)
         except ValueError as exc:
             if "nothing to quantize" not in str(exc):
                 raise
@@ -146,6 +147,8 @@ def compile_model(graph: Graph, target: Any, calibration: CalibrationSet | None 
             INFO, None, "float-target", f"target {target.name!r} runs {target.npu.precision}: no QDQ model"))
 
     step("simulate", 0, 1)
-    result.sim = simulate(optimized, target, SimOptions(pins=dict(options.pins) or None))
+    # The quantized model's per-node precisions (int16 raises, float layers) price each op.
+    precisions = dict(result.quant.model.node_precision) if result.quant is not None else None
+    result.sim = simulate(optimized, target, SimOptions(pins=dict(options.pins) or None, precisions=precisions))
     step("simulate", 1, 1)
     return result
