@@ -34,6 +34,7 @@ from engine.passes.fuse_activation import activation_pass, hardswish_pass
 from engine.passes.fuse_bn import batchnorm_pass
 from engine.passes.fuse_linear import matmul_add_pass, mul_add_pass, pad_conv_pass
 from engine.passes.fuse_transformer import gelu_pass, layernorm_pass
+from engine.passes.hoist import HoistCommonBranchNodes
 from engine.passes.opset import min_ir_version
 from nodes.types import is_tensor_type
 
@@ -57,6 +58,7 @@ DEFAULT_PIPELINE: list[str | tuple[str, list[str]]] = [
     ("final_cleanup", [                     # repeated until nothing changes:
         "fold_constants",
         "eliminate_noop",
+        "hoist_if_common",                  #   what both If branches compute from outer values, once before it
         "eliminate_common_subexpressions",  #   equal initializers and duplicate computations (after the
         "eliminate_dead_code",              #   fusions, so a Conv shared by two BatchNorms cannot block them)
     ]),
@@ -85,6 +87,7 @@ def _factories(o: OptimizeOptions) -> dict[str, Callable[[], Pass]]:
         "eliminate_noop": lambda: noop_pass(d),
         "eliminate_common_subexpressions": EliminateCommonSubexpressions,
         "eliminate_dead_code": EliminateDeadCode,
+        "hoist_if_common": HoistCommonBranchNodes,
         "fuse_pad_conv": lambda: pad_conv_pass(d),
         "fuse_batchnorm": lambda: batchnorm_pass(d),
         "fuse_mul_add": lambda: mul_add_pass(d),

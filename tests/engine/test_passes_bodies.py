@@ -210,3 +210,55 @@ def test_silero_vad_models_with_if_bodies_lose_body_nodes_and_keep_their_numbers
                 np.testing.assert_allclose(theirs[k].astype(np.float64), got[k].astype(np.float64), atol=1e-4)
         checked += 1
     assert checked >= 1
+
+
+def _twin_branches_model():
+    """Both branches compute u = Unsqueeze(Gather(s, i0), axes) (axes: equal constants, one per
+    branch); then y = u + x, else y = u * x. The Gathers read outer values only."""
+    def branch(name, op):
+        return helper.make_graph(
+            [helper.make_node("Gather", ["s", "i0"], [f"{name}_g"], name=f"{name}_gather"),
+             helper.make_node("Unsqueeze", [f"{name}_g", f"{name}_axes"], [f"{name}_u"], name=f"{name}_unsq"),
+             helper.make_node(op, [f"{name}_u", "x"], [f"{name}_out"], name=f"{name}_{op.lower()}")],
+            name, [], [_vi(f"{name}_out", F, [1, 4])],
+            initializer=[_init(f"{name}_axes", np.array([0], np.int64))])
+    nodes = [helper.make_node("If", ["c"], ["y"], then_branch=branch("then", "Add"),
+                              else_branch=branch("else", "Mul"))]
+    return _model(nodes, [_vi("x", F, [1, 4]), _vi("c", B, [])], [_vi("y", F, [1, 4])],
+                  [_init("s", RNG.standard_normal((3, 4)).astype(np.float32)), _init("i0", np.array(1, np.int64))])
+
+
+def test_what_both_if_branches_compute_moves_out_once():
+    from engine.passes.hoist import HoistCommonBranchNodes
+
+    g = engine.load(_twin_branches_model())
+    after, res = run_pass(g, HoistCommonBranchNodes)
+    then_g, else_g = _body(after, "If")
+    assert [n.op_type for n in then_g.nodes] == ["Add"] and [n.op_type for n in else_g.nodes] == ["Mul"]
+    assert sorted(n.op_type for n in after.nodes) == ["Gather", "If", "Unsqueeze"]
+    assert count_nodes(after) == count_nodes(g) - 2
+    assert len([e for e in res.events if e.fired]) == 2
+    for cond in (True, False):
+        assert_same_numbers(g, after, feeds=_feeds_x14(cond))
+    sess = ort.InferenceSession(to_onnx(after).SerializeToString(), providers=["CPUExecutionProvider"])
+    for cond in (True, False):
+        feeds = _feeds_x14(cond)
+        np.testing.assert_allclose(sess.run(None, feeds)[0], engine.execute(g, feeds)["y"], rtol=1e-6)
+
+
+def _feeds_x14(cond: bool):
+    return {"x": RNG.standard_normal((1, 4)).astype(np.float32), "c": np.array(cond)}
+
+
+def test_a_node_writing_a_branch_output_stays_in_its_branch():
+    from engine.passes.hoist import HoistCommonBranchNodes
+
+    same = [helper.make_node("Neg", ["x"], ["t_out"], name="t_neg")]
+    other = [helper.make_node("Neg", ["x"], ["e_out"], name="e_neg")]
+    then_g = helper.make_graph(same, "then", [], [_vi("t_out", F, [2])])
+    else_g = helper.make_graph(other, "else", [], [_vi("e_out", F, [2])])
+    m = _model([helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)],
+               [_vi("x", F, [2]), _vi("c", B, [])], [_vi("y", F, [2])])
+    g = engine.load(m)
+    after, res = run_pass(g, HoistCommonBranchNodes)
+    assert not res.modified and count_nodes(after) == 3
