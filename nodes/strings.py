@@ -1,12 +1,13 @@
-"""String tensors (dtype object, one Python str per element): StringConcat, StringSplit,
-RegexFullMatch and StringNormalizer.
+"""String tensors (dtype object, one Python str per element) and text features:
+StringConcat, StringSplit, RegexFullMatch, StringNormalizer and TfIdfVectorizer.
 
 StringConcat joins two broadcast string tensors elementwise. StringSplit splits each element
 at ``delimiter`` (runs of whitespace when it is empty or absent, leading/trailing whitespace
 ignored) at most ``maxsplit`` times; the pieces fill a new last axis padded with "" to the
 longest split, and a second output counts the pieces. RegexFullMatch is true where the whole
 element matches ``pattern`` (Python's re, which agrees with RE2 on the common syntax).
-StringNormalizer drops the elements equal to a stopword, then changes case.
+StringNormalizer drops the elements equal to a stopword, then changes case. TfIdfVectorizer
+counts n-grams of a pool per row (see its doc).
 """
 
 from __future__ import annotations
@@ -141,3 +142,83 @@ class StringNormalizerSpec(OpSpec):
             kept = [s.upper() for s in kept]
         out = np.array(kept or [""], dtype=object)
         return out.reshape(1, -1) if x.ndim == 2 else out
+
+
+@register("TfIdfVectorizer", since=9)
+class TfIdfVectorizerSpec(OpSpec):
+    """Counts the pool's n-grams (optionally with skips) per row, then weights the counts."""
+
+    family = "strings"
+    doc = ("Per row of tokens (ints or strings), counts each pool n-gram of length min..max_gram_length, "
+           "also with up to max_skip_count tokens skipped between items (unigrams once), into column "
+           "ngram_indexes[k] of the k-th pool n-gram; TF keeps counts, IDF gives weight (or 1) where "
+           "the count is positive, TFIDF multiplies counts by the weights.")
+    inputs = (Port("X"),)
+    outputs = (Port("Y"),)
+    attrs = (AttrSpec("max_gram_length", "int", REQUIRED, "Longest n-gram counted."),
+             AttrSpec("min_gram_length", "int", REQUIRED, "Shortest n-gram counted."),
+             AttrSpec("max_skip_count", "int", REQUIRED, "Most tokens skipped between n-gram items."),
+             AttrSpec("mode", "string", REQUIRED, "TF, IDF or TFIDF.", choices=("TF", "IDF", "TFIDF")),
+             AttrSpec("ngram_counts", "ints", REQUIRED, "Start of the 1-grams, 2-grams ... in the pool."),
+             AttrSpec("ngram_indexes", "ints", REQUIRED, "Output column of each pool n-gram."),
+             AttrSpec("pool_int64s", "ints", None, "The n-grams, flattened (integer tokens)."),
+             AttrSpec("pool_strings", "strings", None, "The n-grams, flattened (string tokens)."),
+             AttrSpec("weights", "floats", None, "Per output column weight (IDF, TFIDF)."))
+
+    def _pool(self, a: dict) -> tuple[dict[tuple, int], int]:
+        """n-gram -> output column, for the counted lengths; and the output width."""
+        pool = list(a.get("pool_int64s") or a.get("pool_strings") or [])
+        counts = [int(c) for c in a["ngram_counts"]]
+        cols = [int(c) for c in a["ngram_indexes"]]
+        lo, hi = int(a["min_gram_length"]), int(a["max_gram_length"])
+        table: dict[tuple, int] = {}
+        k = 0
+        for size, start in enumerate(counts, start=1):
+            end = counts[size] if size < len(counts) else len(pool)
+            for j in range(start, end - size + 1, size):
+                if k >= len(cols):
+                    raise OpError("TfIdfVectorizer: ngram_indexes is shorter than the pool")
+                if lo <= size <= hi:
+                    table[tuple(pool[j:j + size])] = cols[k]
+                k += 1
+        return table, (max(cols) + 1 if cols else 0)
+
+    def infer(self, ctx: NodeContext) -> list[TensorType]:
+        """float32 (B, width) for a [B, C] input, (width,) for [C]."""
+        _, width = self._pool(ctx.attrs)
+        s = ctx.shape(0)
+        shape = None if s is None else ((width,) if len(s) <= 1 else (s[0], width))
+        return [TensorType(np.dtype(np.float32), shape)]
+
+    def reference(self, ctx: RunContext, x: np.ndarray) -> np.ndarray:
+        """Count per row and skip distance, then weight."""
+        a = ctx.attrs
+        table, width = self._pool(a)
+        if x.ndim > 2:
+            raise OpError(f"TfIdfVectorizer takes [C] or [B, C], got shape {x.shape}")
+        rows = x.reshape(1, -1) if x.ndim < 2 else x
+        lo, hi, skips = int(a["min_gram_length"]), int(a["max_gram_length"]), int(a["max_skip_count"])
+        freq = np.zeros((rows.shape[0], width), np.int64)
+        for r, row in enumerate(rows):
+            tokens = [str(t) if isinstance(t, str) else int(t) for t in row.tolist()]
+            for skip in range(1, skips + 2):
+                first = lo if skip == 1 else max(lo, 2)  # unigrams are counted once
+                for start in range(len(tokens)):
+                    for n in range(first, hi + 1):
+                        last = start + (n - 1) * skip
+                        if last >= len(tokens):
+                            break
+                        col = table.get(tuple(tokens[start:last + 1:skip]))
+                        if col is not None:
+                            freq[r, col] += 1
+        mode = a["mode"]
+        w = np.asarray(a.get("weights") or [], np.float32)
+        if mode == "TF":
+            y = freq.astype(np.float32)
+        elif mode == "IDF":
+            y = np.where(freq > 0, w[:width] if w.size else np.float32(1), np.float32(0)).astype(np.float32)
+        elif mode == "TFIDF":
+            y = (freq * (w[:width] if w.size else np.float32(1))).astype(np.float32)
+        else:
+            raise OpError(f"TfIdfVectorizer: unknown mode {mode!r}")
+        return y if x.ndim == 2 else y.reshape(width)
