@@ -1,4 +1,5 @@
-"""Scaled dot-product attention as one op (ONNX Attention, opsets 23-25).
+"""Transformer and state-space building blocks: Attention (opsets 23-25), RotaryEmbedding,
+SwiGLU, TensorScatter (KV-cache writes) and CausalConvWithState. Attention:
 
 Q (B, Hq, S, D), K (B, Hkv, L, D), V (B, Hkv, L, Dv); 3-D inputs (B, S, H*D) are split into
 heads with q_num_heads / kv_num_heads and merged back on the way out. With a cache,
@@ -348,3 +349,47 @@ class TensorScatterSpec(OpSpec):
         u = np.moveaxis(update, axis, 1)
         p[np.arange(batch)[:, None], pos] = u
         return out
+
+
+@register("CausalConvWithState", since=26)
+class CausalConvWithStateSpec(OpSpec):
+    """Depthwise causal 1-D convolution that carries its last k - 1 inputs as state."""
+
+    family = "attention"
+    doc = ("Depthwise Conv1d over [past_state (or zeros), input] with kernel k and no padding, so "
+           "output t sees inputs up to t; optional SiLU; present_state is the last k - 1 padded inputs.")
+    inputs = (Port("input"), Port("weight"), Port("bias", optional=True), Port("past_state", optional=True))
+    outputs = (Port("output"), Port("present_state", optional=True))
+    attrs = (AttrSpec("activation", "string", "none", "none, silu or swish.", choices=("none", "silu", "swish")),)
+
+    def infer(self, ctx: NodeContext) -> list[TensorType]:
+        """output like input; present_state (B, C, k - 1)."""
+        x, w = ctx.shape(0), ctx.shape(1)
+        k = w[2] if w is not None and len(w) == 3 else None
+        state = None if x is None else (x[0], x[1], k - 1 if isinstance(k, int) else None)
+        return [ctx.type(0), TensorType(ctx.dtype(0), state)][:max(len(ctx.node.outputs), 1)]
+
+    def reference(self, ctx: RunContext, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None,
+                  past: np.ndarray | None = None) -> list[np.ndarray]:
+        """Sliding windows times the per-channel kernels."""
+        act = ctx.attrs.get("activation") or "none"
+        if act not in ("none", "silu", "swish"):
+            raise OpError(f"CausalConvWithState: unknown activation {act!r}")
+        if x.ndim != 3 or w.ndim != 3 or w.shape[0] != x.shape[1] or w.shape[1] != 1:
+            raise OpError(f"CausalConvWithState: input {x.shape} (B, C, L) and weight {w.shape} (C, 1, k) do not fit")
+        b, c, _ = x.shape
+        k = w.shape[2]
+        pad = np.zeros((b, c, k - 1), x.dtype) if past is None else past.astype(x.dtype)
+        if pad.shape != (b, c, k - 1):
+            raise OpError(f"CausalConvWithState: past_state {pad.shape} must be {(b, c, k - 1)}")
+        padded = np.concatenate([pad, x], axis=2)
+        windows = np.lib.stride_tricks.sliding_window_view(padded, k, axis=2)  # (B, C, L, k)
+        calc = np.float32 if x.dtype in (np.float16,) else x.dtype
+        out = np.einsum("bclk,ck->bcl", windows.astype(calc), w[:, 0, :].astype(calc))
+        if bias is not None:
+            out = out + bias.astype(calc)[None, :, None]
+        out = out.astype(x.dtype)
+        if act in ("silu", "swish"):
+            f = out.astype(np.float32)
+            out = (f / (1.0 + np.exp(-f))).astype(x.dtype)
+        return [out, padded[:, :, padded.shape[2] - (k - 1):]]
