@@ -1,5 +1,5 @@
 """Transformer and state-space building blocks: Attention (opsets 23-25), RotaryEmbedding,
-SwiGLU, TensorScatter (KV-cache writes) and CausalConvWithState. Attention:
+SwiGLU, TensorScatter (KV-cache writes), CausalConvWithState and LinearAttention. Attention:
 
 Q (B, Hq, S, D), K (B, Hkv, L, D), V (B, Hkv, L, Dv); 3-D inputs (B, S, H*D) are split into
 heads with q_num_heads / kv_num_heads and merged back on the way out. With a cache,
@@ -393,3 +393,94 @@ class CausalConvWithStateSpec(OpSpec):
             f = out.astype(np.float32)
             out = (f / (1.0 + np.exp(-f))).astype(x.dtype)
         return [out, padded[:, :, padded.shape[2] - (k - 1):]]
+
+
+_LINEAR_RULES = ("linear", "gated", "delta", "gated_delta")
+
+
+@register("LinearAttention", since=26)
+class LinearAttentionSpec(OpSpec):
+    """Recurrent (linear) attention: a (d_k x d_v) state per head updated token by token."""
+
+    family = "attention"
+    doc = ("Per token t and key/value head: S <- S * exp(decay_t) (gated rules); v <- beta_t (v - S^T k) "
+           "(delta rules); S <- S + k v^T; the output is scale * q^T S (query heads share their KV "
+           "head's state). Inputs (B, T, H*D); past_state/present_state (B, Hkv, d_k, d_v).")
+    inputs = (Port("query"), Port("key"), Port("value"), Port("past_state", optional=True),
+              Port("decay", optional=True), Port("beta", optional=True))
+    outputs = (Port("output"), Port("present_state", optional=True))
+    attrs = (AttrSpec("q_num_heads", "int", None, "Query heads."),
+             AttrSpec("kv_num_heads", "int", None, "Key/value heads (divides q_num_heads)."),
+             AttrSpec("scale", "float", None, "Output scale (default 1/sqrt(d_k))."),
+             AttrSpec("update_rule", "string", "gated_delta", "linear, gated, delta or gated_delta.",
+                      choices=_LINEAR_RULES),
+             AttrSpec("chunk_size", "int", None, "A tuning hint for chunked kernels (no effect on results)."))
+
+    def _heads(self, a: dict) -> tuple[int, int]:
+        hq, hk = a.get("q_num_heads"), a.get("kv_num_heads")
+        if hq is None or hk is None or int(hq) <= 0 or int(hk) <= 0 or int(hq) % int(hk):
+            raise OpError(f"LinearAttention: q_num_heads {hq} must be a positive multiple of kv_num_heads {hk}")
+        return int(hq), int(hk)
+
+    def infer(self, ctx: NodeContext) -> list[TensorType]:
+        """output (B, T, Hq * d_v); present_state (B, Hkv, d_k, d_v)."""
+        hq, hk = self._heads(ctx.attrs)
+        q, v = ctx.shape(0), ctx.shape(2)
+        if q is None or v is None or len(q) != 3 or len(v) != 3:
+            return [TensorType(ctx.dtype(0)), TensorType(ctx.dtype(0))][:max(len(ctx.node.outputs), 1)]
+        dk = q[2] // hq if isinstance(q[2], int) else None
+        dv = v[2] // hk if isinstance(v[2], int) else None
+        out = TensorType(ctx.dtype(0), (q[0], q[1], hq * dv if dv is not None else None))
+        state_dt = ctx.dtype(3) if ctx.has_input(3) else ctx.dtype(0)
+        return [out, TensorType(state_dt, (q[0], hk, dk, dv))][:max(len(ctx.node.outputs), 1)]
+
+    def reference(self, ctx: RunContext, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                  past: np.ndarray | None = None, decay: np.ndarray | None = None,
+                  beta: np.ndarray | None = None) -> list[np.ndarray]:
+        """The token-by-token recurrence in float32."""
+        a = ctx.attrs
+        rule = a.get("update_rule") or "gated_delta"
+        if rule not in _LINEAR_RULES:
+            raise OpError(f"LinearAttention: unknown update_rule {rule!r}")
+        gated, delta = rule in ("gated", "gated_delta"), rule in ("delta", "gated_delta")
+        if gated != (decay is not None) or delta != (beta is not None):
+            raise OpError(f"LinearAttention: update_rule {rule!r} needs {'decay ' if gated else ''}"
+                          f"{'beta' if delta else ''} and no other of decay/beta")
+        hq, hk = self._heads(a)
+        if q.ndim != 3 or k.ndim != 3 or v.ndim != 3:
+            raise OpError("LinearAttention: query, key and value must be (B, T, H*D)")
+        b, t, _ = q.shape
+        qh = _split_heads(q, hq, "query").astype(np.float32)  # (B, Hq, T, dk)
+        kh = _split_heads(k, hk, "key").astype(np.float32)
+        vh = _split_heads(v, hk, "value").astype(np.float32)
+        dk, dv = qh.shape[3], vh.shape[3]
+        if decay is not None:
+            g = decay.astype(np.float32)
+            if g.shape[-1] == hk:
+                g = g.reshape(b, t, hk, 1).transpose(0, 2, 1, 3)
+            elif g.shape[-1] == hk * dk:
+                g = _split_heads(g, hk, "decay")
+            else:
+                raise OpError(f"LinearAttention: decay's last dim {g.shape[-1]} must be {hk} or {hk * dk}")
+        if beta is not None:
+            if beta.shape[-1] not in (hk, 1):
+                raise OpError(f"LinearAttention: beta's last dim {beta.shape[-1]} must be {hk} or 1")
+            be = beta.astype(np.float32).reshape(b, t, beta.shape[-1], 1).transpose(0, 2, 1, 3)
+        if past is not None and past.shape != (b, hk, dk, dv):
+            raise OpError(f"LinearAttention: past_state {past.shape} must be {(b, hk, dk, dv)}")
+        state = np.zeros((b, hk, dk, dv), np.float32) if past is None else past.astype(np.float32)
+        scale = a.get("scale")
+        scale = 1.0 / np.sqrt(dk) if not scale else float(scale)
+        out = np.empty((b, hq, t, dv), np.float32)
+        group = hq // hk
+        for i in range(t):
+            kt, vt = kh[:, :, i], vh[:, :, i]
+            if gated:
+                state = state * np.exp(g[:, :, i])[..., None]
+            if delta:
+                vt = be[:, :, i] * (vt - np.einsum("bhkv,bhk->bhv", state, kt))
+            state = state + kt[..., :, None] * vt[..., None, :]
+            read = state if group == 1 else np.repeat(state, group, axis=1)
+            out[:, :, i] = scale * np.einsum("bhk,bhkv->bhv", qh[:, :, i], read)
+        y = out.transpose(0, 2, 1, 3).reshape(b, t, hq * dv).astype(q.dtype)
+        return [y, state.astype(past.dtype if past is not None else q.dtype)]
