@@ -4,6 +4,8 @@ from nodes import (  # noqa: F401
     activation,
     attention,
     cast,
+    contrib_fused,
+    contrib_quant,
     control,
     conv,
     detection,

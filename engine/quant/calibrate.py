@@ -33,9 +33,14 @@ class Calibration:
     histograms: bool = field(default=False)
 
 
+def is_float_dtype(dt) -> bool:
+    """float16/32/64 and ml_dtypes' bfloat16 (numpy kind 'V')."""
+    return dt is not None and (np.dtype(dt).kind == "f" or np.dtype(dt).name == "bfloat16")
+
+
 def is_float_activation(v) -> bool:
     """A non-constant float tensor (the kind that gets Q/DQ)."""
-    return v is not None and v.const is None and (v.type.dtype is None or v.type.dtype.kind == "f")
+    return v is not None and v.const is None and (v.type.dtype is None or is_float_dtype(v.type.dtype))
 
 
 def quantizable_nodes(graph: Graph, config: QuantConfig) -> list[Node]:

@@ -53,8 +53,9 @@ class _Plan:
         for k, node in enumerate(order):
             spec = registry.get(node.op_type, node.domain)
             if spec is None:
-                raise ExecutionError(f"op {node.op_type!r}{' of domain ' + node.domain if node.domain else ''} "
-                                     f"(node {node.name!r}) is not supported by the executor")
+                from engine.unsupported import unsupported_message
+
+                raise ExecutionError(unsupported_message(graph, node.op_type, node.domain))
             try:
                 attrs = spec.resolve_attrs(node)
             except OpError as exc:
