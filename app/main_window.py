@@ -39,6 +39,7 @@ from app.panels.diagnostics import DiagnosticsPanel
 from app.panels.inspector import InspectorPanel
 from app.panels.palette import PalettePanel
 from app.panels.pass_trace import PassTracePanel
+from app.panels.sweep_panel import install_sweep_panel
 from app.workers import Task, settle_heap
 
 log = logging.getLogger(__name__)
@@ -134,6 +135,7 @@ class MainWindow(QMainWindow):
         self.resizeDocks([self.diagnostics], [150], Qt.Orientation.Vertical)
         self.resizeDocks([self.palette, self.inspector], [210, 290], Qt.Orientation.Horizontal)
         install_analysis(self)  # issue 8: analysis docks, Export compiled..., chart <-> canvas selection
+        install_sweep_panel(self)  # issue 16: a sweep's results.csv as a Pareto chart; a click applies a point
         if restore_state:
             geo = self.settings.value("window/geometry")
             state = self.settings.value("window/state")

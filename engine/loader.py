@@ -21,6 +21,7 @@ from engine.errors import ModelError
 from engine.ir import onnx_io
 from engine.ir.graph import Graph
 from engine.ir.infer import infer_shapes
+from engine.ir.type_check import type_errors
 from engine.ir.verify import verify
 from nodes.types import TensorType
 
@@ -187,6 +188,9 @@ def load_proto(proto: ModelProto, where: str, base_dir: Path | None,
         except (onnx.checker.ValidationError, ValueError, RuntimeError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ModelError(f"{where}: invalid model: {first}") from None
+    bad_types = type_errors(graph)
+    if bad_types:
+        raise ModelError(f"{where}: {bad_types[0]}")
     if shapes:
         fix_shapes(graph, shapes, where)
     graph.diagnostics = weight_diagnostics(graph) + infer_shapes(graph)

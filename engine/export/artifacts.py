@@ -160,6 +160,10 @@ def bundle_files(result: CompileResult) -> dict[str, bytes]:
         except Exception as exc:  # the checker raises several exception types
             _source_must_pass_full_check(result.source)
             raise RuntimeError(f"{name} fails the ONNX checker: {_first_line(exc)}") from exc
+        if name == "model.qdq.onnx":
+            from engine.quant.verify import check_qdq_scales
+
+            check_qdq_scales(proto)
         files[name] = proto.SerializeToString()
     model = _model_entry(result)  # serializes and hashes the source once per bundle
     plan = plan_document(result)
