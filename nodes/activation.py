@@ -253,6 +253,10 @@ class _AxisSoftSpec(OpSpec):
     outputs = (Port("output"),)
     attrs = (AttrSpec("axis", "int", None, "axis (default 1 before opset 13, -1 from 13)"),)
 
+    half_steps = False
+    """float16 input is rounded to float16 after each step (subtract, exp, divide) instead of
+    computed in float32 and rounded once."""
+
     def _axis(self, attrs: dict[str, Any], opset: int) -> int:
         axis = attrs.get("axis")
         if axis is None:
@@ -273,9 +277,11 @@ class _AxisSoftSpec(OpSpec):
     def reference(self, ctx: RunContext, x: np.ndarray) -> np.ndarray:
         """Apply along the axis, flattening to 2-D first for opset < 13."""
         dt = x.dtype
-        # float16 computes in float32; bfloat16 keeps its own per-step rounding (ml_dtypes ufuncs),
-        # which is what bfloat16 hardware and the ONNX reference results do.
-        xc = x.astype(np.float32) if dt == np.float16 or dt.kind in "biu" else x
+        # float16 computes in float32 unless the op rounds per step (``half_steps``); bfloat16
+        # keeps its own per-step rounding (ml_dtypes ufuncs), which is what bfloat16 hardware and
+        # the ONNX reference results do.
+        widen = dt.kind in "biu" or (dt == np.float16 and not self.half_steps)
+        xc = x.astype(np.float32) if widen else x
         if xc.ndim == 0:
             xc = xc.reshape(1)
         axis = norm_axis(self._axis(ctx.attrs, ctx.opset), xc.ndim)
@@ -296,11 +302,20 @@ class SoftmaxSpec(_AxisSoftSpec):
     quant = ELEMENTWISE_QUANT
 
     doc = "Normalized exponential along an axis (opset < 13: over the trailing dims from axis)."
+    # float16 rounds per step like the ONNX reference (whose results the conformance cases hold):
+    # x - max and exp round to float16, the sum accumulates in float32 and rounds once, the
+    # division rounds to float16. A sum beyond float16's range divides in float32 instead.
+    half_steps = True
 
     def _along(self, x: np.ndarray, axis: int) -> np.ndarray:
         e = x - x.max(axis=axis, keepdims=True)
         np.exp(e, out=e)
-        e /= e.sum(axis=axis, keepdims=True)
+        total = e.sum(axis=axis, keepdims=True, dtype=np.float32 if e.dtype == np.float16 else None)
+        if e.dtype == np.float16:
+            if total.size and float(np.nanmax(total)) > float(np.finfo(np.float16).max):
+                return (e.astype(np.float32) / total).astype(np.float16)
+            total = total.astype(np.float16)
+        e /= total
         return e
 
 

@@ -230,3 +230,40 @@ class IdentitySpec(OpSpec):
         w = super().work(ctx)
         w.elem_ops = 0
         return w
+
+
+@register("BitCast", since=26)
+class BitCastSpec(OpSpec):
+    """Reinterpret the bits of each element as another type of the same width."""
+
+    doc = "Each element's bits read as element type ``to`` (same bit width; shape unchanged)."
+    inputs = (Port("input"),)
+    outputs = (Port("output"),)
+    attrs = (AttrSpec("to", "int", REQUIRED, "ONNX element type of the same bit width."),)
+
+    def _target(self, attrs: dict[str, Any]) -> np.dtype:
+        to = int(attrs["to"])
+        if to == TensorProto.STRING:
+            raise OpError("BitCast to string is not defined")
+        try:
+            return np_dtype(to)
+        except KeyError:
+            raise OpError(f"BitCast: unknown element type {to}") from None
+
+    def infer(self, ctx: NodeContext) -> list[TensorType]:
+        """Same shape, element type ``to``; the widths must agree."""
+        dt = self._target(ctx.attrs)
+        src = ctx.dtype(0)
+        if src is not None and np.dtype(src).itemsize != dt.itemsize:
+            raise OpError(f"BitCast from {np.dtype(src).name} to {dt.name}: bit widths differ")
+        return [TensorType(dt, ctx.shape(0))]
+
+    def reference(self, ctx: RunContext, x: np.ndarray) -> np.ndarray:
+        """numpy view as the target dtype."""
+        dt = self._target(ctx.attrs)
+        if x.dtype == np.dtype(object):
+            raise OpError("BitCast of strings is not defined")
+        if x.dtype.itemsize != dt.itemsize:
+            raise OpError(f"BitCast from {x.dtype.name} ({x.dtype.itemsize * 8} bits) to {dt.name} "
+                          f"({dt.itemsize * 8} bits): bit widths differ")
+        return (x if x.flags.c_contiguous else x.copy()).view(dt)

@@ -1,4 +1,6 @@
-"""Control flow: If, Loop and Scan (tensor values only; subgraphs run through the executor).
+"""Control flow: If, Loop and Scan (subgraphs run through the executor).
+
+Loop state may be a sequence (a list) or an optional (None when empty); scan outputs are tensors.
 
 Subgraphs may read values of the enclosing graphs directly; the executor's ``run_subgraph``
 resolves those outer-scope names. Types are inferred from the subgraphs' output types.
@@ -35,6 +37,11 @@ def _run(ctx: RunContext, graph: Graph, feeds: dict[str, np.ndarray]) -> list[np
     if ctx.run_subgraph is None:
         raise OpError(f"{ctx.node.op_type} needs an executor to run its subgraph")
     return ctx.run_subgraph(graph, feeds)
+
+
+def _value(o: object) -> object:
+    """A body output as loop state: arrays as arrays, sequences (lists) and empty optionals as is."""
+    return o if isinstance(o, list) or o is None else np.asarray(o)
 
 
 def _fit(value: np.ndarray, declared: TensorType) -> np.ndarray:
@@ -155,7 +162,7 @@ class LoopSpec(OpSpec):
             outs = _run(ctx, body, feeds)
             if cond is not None:
                 go = bool(_scalar(outs[0], "condition the body returns"))
-            state = [np.asarray(o) for o in outs[1:1 + n]]
+            state = [_value(o) for o in outs[1:1 + n]]
             for j in range(k):
                 scans[j].append(np.asarray(outs[1 + n + j]))
             i += 1
@@ -270,7 +277,7 @@ class ScanSpec(OpSpec):
             feeds = dict(zip(names[:n], states))
             feeds.update((names[n + j], s[t]) for j, s in enumerate(seqs))
             outs = _run(ctx, body, feeds)
-            states = [np.asarray(o) for o in outs[:n]]
+            states = [_value(o) for o in outs[:n]]
             for j in range(k):
                 collected[j].append(np.asarray(outs[n + j]))
         result = list(states)

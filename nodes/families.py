@@ -2,14 +2,17 @@
 
 from nodes import (  # noqa: F401
     activation,
+    attention,
     cast,
     contrib_fused,
     contrib_quant,
     control,
     conv,
+    detection,
     elementwise,
     indexing,
     logical,
+    losses,
     matmul,
     normalization,
     pooling,
@@ -17,6 +20,10 @@ from nodes import (  # noqa: F401
     recurrent,
     reduce,
     resize,
+    sampling,
+    sequence,
     shape_ops,
+    signal,
+    strings,
     tensor_gen,
 )

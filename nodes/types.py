@@ -118,6 +118,38 @@ class TensorType:
         return TensorType(np.asarray(array).dtype, tuple(int(d) for d in np.shape(array)))
 
 
+@dataclass(frozen=True)
+class SequenceType(TensorType):
+    """A sequence of tensors (ONNX ``sequence_type``); ``elem`` is the element type.
+
+    A subclass of TensorType with no dtype and no shape, so code that only understands tensors
+    sees an unknown tensor. At run time a sequence is a Python list of arrays.
+    """
+
+    elem: TensorType = TensorType()
+
+    def __str__(self) -> str:
+        return f"seq({self.elem})"
+
+
+@dataclass(frozen=True)
+class OptionalType(TensorType):
+    """An optional value (ONNX ``optional_type``) holding a tensor or a sequence, or nothing.
+
+    At run time an empty optional is None; a present one is its array or list.
+    """
+
+    elem: TensorType = TensorType()
+
+    def __str__(self) -> str:
+        return f"optional({self.elem})"
+
+
+def is_tensor_type(t: TensorType | None) -> bool:
+    """True unless ``t`` is a sequence or optional type."""
+    return not isinstance(t, (SequenceType, OptionalType))
+
+
 class ConversionError(ValueError):
     """The protobuf holds something the IR cannot represent (named in the message)."""
 

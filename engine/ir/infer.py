@@ -13,7 +13,7 @@ from engine.diagnostics import WARNING, Diagnostic
 from engine.ir.graph import Graph, Node
 from nodes import registry
 from nodes.spec import NodeContext, OpError, RunContext
-from nodes.types import TensorType
+from nodes.types import TensorType, is_tensor_type
 
 # A value computed during inference is kept only when this small (elements).
 KNOWN_VALUE_LIMIT = 4096
@@ -21,6 +21,10 @@ KNOWN_VALUE_LIMIT = 4096
 
 def _merge(declared: TensorType, inferred: TensorType) -> TensorType:
     """Combine a declared (file) type with an inferred one, preferring known facts."""
+    if not is_tensor_type(inferred):  # a sequence or optional: the inferred one, else the declared
+        return inferred if (inferred.elem.dtype is not None or is_tensor_type(declared)) else declared
+    if not is_tensor_type(declared):
+        return declared
     dtype = inferred.dtype if inferred.dtype is not None else declared.dtype
     if inferred.shape is None:
         shape = declared.shape

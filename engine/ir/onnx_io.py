@@ -14,13 +14,28 @@ import onnx
 from onnx import AttributeProto, GraphProto, ModelProto, TensorProto, helper, numpy_helper
 
 from engine.ir.graph import Graph, Node, Value
-from nodes.types import ConversionError, Dim, TensorType, np_dtype, onnx_elem_type, tensor_to_array
+from nodes.types import (
+    ConversionError,
+    Dim,
+    OptionalType,
+    SequenceType,
+    TensorType,
+    is_tensor_type,
+    np_dtype,
+    onnx_elem_type,
+    tensor_to_array,
+)
 
 
 # -- ModelProto -> Graph -------------------------------------------------------------------------
 def _type_from_proto(tp: onnx.TypeProto, name: str = "") -> TensorType:
     """The IR type of a value; a dim_value of -1 ("any size", as Paddle2ONNX writes it) becomes
     a symbolic dimension named after the value and axis, exactly like a dim_param."""
+    kind = tp.WhichOneof("value")
+    if kind == "sequence_type":
+        return SequenceType(elem=_type_from_proto(tp.sequence_type.elem_type, name))
+    if kind == "optional_type":
+        return OptionalType(elem=_type_from_proto(tp.optional_type.elem_type, name))
     if not tp.HasField("tensor_type"):
         return TensorType()
     tt = tp.tensor_type
@@ -76,6 +91,8 @@ def _attr_value(a: AttributeProto, graph: Graph) -> Any:
 
 def _graph_from_proto(gp: GraphProto, parent: Graph | None) -> Graph:
     g = Graph(gp.name or "graph", parent)
+    if parent is not None:  # a subgraph uses the model's opsets (looked up through the parents)
+        g.opset_imports = {}
     g.doc_string = gp.doc_string
     types: dict[str, TensorType] = {}
     for vi in list(gp.value_info) + list(gp.input) + list(gp.output):
@@ -184,7 +201,23 @@ def array_to_tensor(arr: np.ndarray, name: str) -> TensorProto:
     return t
 
 
+def _type_proto(t: TensorType) -> onnx.TypeProto | None:
+    """The TypeProto of a type (None when nothing about it is known)."""
+    if isinstance(t, SequenceType):
+        elem = _type_proto(t.elem)
+        return helper.make_sequence_type_proto(elem if elem is not None else onnx.TypeProto())
+    if isinstance(t, OptionalType):
+        elem = _type_proto(t.elem)
+        return helper.make_optional_type_proto(elem if elem is not None else onnx.TypeProto())
+    if t.dtype is None:
+        return None
+    shape = None if t.shape is None else [d if d is not None else None for d in t.shape]
+    return helper.make_tensor_type_proto(onnx_elem_type(t.dtype), shape)
+
+
 def _type_to_proto(name: str, t: TensorType) -> onnx.ValueInfoProto:
+    if not is_tensor_type(t):
+        return helper.make_value_info(name, _type_proto(t))
     if t.dtype is None:
         vi = onnx.ValueInfoProto()
         vi.name = name
@@ -260,7 +293,8 @@ def _graph_to_proto(g: Graph) -> GraphProto:
     value_info = []
     for n in order:
         for v in n.outputs:
-            if v is not None and v.name not in io_names and v.type.dtype is not None:
+            if v is not None and v.name not in io_names and (v.type.dtype is not None
+                                                             or not is_tensor_type(v.type)):
                 value_info.append(_type_to_proto(v.name, v.type))
     inits = [array_to_tensor(v.const, name) for name, v in g.initializers.items()]  # type: ignore[arg-type]
     inits += fused_inits

@@ -64,10 +64,29 @@ class PassResult:
 
 
 class Pass:
-    """Base class of a pass: subclasses set ``name``/``description`` and implement ``call``."""
+    """Base class of a pass: subclasses set ``name``/``description`` and implement ``call``.
+
+    ``call`` sees one graph; ``run`` (what the PassManager calls) also applies the pass to every
+    If/Loop/Scan body, nested ones included, unless ``scoped`` is False.
+    """
 
     name: str = ""
     description: str = ""
+    scoped: bool = True
+
+    def run(self, graph: Graph) -> PassResult:
+        """``call`` on ``graph``, then on each subgraph that is still there (outer before inner,
+        so constants folded outside are visible inside); the results are merged."""
+        result = self.call(graph)
+        if not self.scoped:
+            return result
+        merged = PassResult(result.graph, result.modified, list(result.diagnostics), list(result.events))
+        for sg in subgraphs(result.graph):
+            sub = self.call(sg)
+            merged.modified |= sub.modified
+            merged.diagnostics.extend(sub.diagnostics)
+            merged.events.extend(sub.events)
+        return merged
 
     def call(self, graph: Graph) -> PassResult:
         """Transform ``graph`` (in place or into a new graph) and say what happened."""
@@ -140,6 +159,22 @@ class RunResult:
     def modified(self) -> bool:
         """True when any pass changed the graph (and was kept)."""
         return any(r.modified for r in self.trace)
+
+
+def subgraphs(graph: Graph) -> list[Graph]:
+    """Every If/Loop/Scan body inside ``graph``, nested ones after the body holding them."""
+    out: list[Graph] = []
+    stack = [sg for n in reversed(graph.nodes) for sg in reversed(list(n.subgraphs()))]
+    while stack:
+        g = stack.pop()
+        out.append(g)
+        stack.extend(sg for n in reversed(g.nodes) for sg in reversed(list(n.subgraphs())))
+    return out
+
+
+def count_nodes(graph: Graph) -> int:
+    """Nodes of the graph and of every body inside it (what the trace and report count)."""
+    return len(graph) + sum(len(sg) for sg in subgraphs(graph))
 
 
 def bookkeeping_errors(graph: Graph) -> list[Diagnostic]:
@@ -228,13 +263,13 @@ class PassManager:
     def _run_one(self, p: Pass, trace: list[PassRecord], diags: list[Diagnostic]) -> PassRecord:
         if self.verify:
             self._take_snapshot()
-        before = len(self._graph)
+        before = count_nodes(self._graph)
         version = (id(self._graph), self._graph.version)
         t0 = time.perf_counter()
         failure: list[Diagnostic] = []
         result: PassResult | None = None
         try:
-            result = p.call(self._graph)
+            result = p.run(self._graph)
         except Exception as exc:  # a crashing pass must not take the optimizer down
             node = getattr(exc, "node", None)
             failure.append(Diagnostic(ERROR, node, "pass-failed",
@@ -246,10 +281,12 @@ class PassManager:
             if changed:
                 # Keep the node table topological so every later toposort takes its fast path
                 # (a cycle raises here; verification below names it).
-                with suppress(ValueError):
-                    result.graph.sort_nodes()
+                for g in (result.graph, *subgraphs(result.graph)):
+                    with suppress(ValueError):
+                        g.sort_nodes()
             if changed and self.verify:
-                errors = verify(result.graph) + bookkeeping_errors(result.graph)
+                errors = verify(result.graph) + [e for g in (result.graph, *subgraphs(result.graph))
+                                                 for e in bookkeeping_errors(g)]
                 if not errors and self.check_onnx:
                     errors = onnx_errors(result.graph)
                 if errors:
@@ -262,11 +299,11 @@ class PassManager:
         if failure or result is None:
             rec.restored = self._restore()
             rec.diagnostics = failure
-            rec.nodes_after = len(self._graph)
+            rec.nodes_after = count_nodes(self._graph)
         else:
             self._graph = result.graph
             rec.modified = bool(result.modified)
-            rec.nodes_after = len(self._graph)
+            rec.nodes_after = count_nodes(self._graph)
             rec.diagnostics = list(result.diagnostics)
             rec.fired = [e for e in result.events if e.fired]
             rec.not_fired = [e for e in result.events if not e.fired]

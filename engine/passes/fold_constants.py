@@ -10,8 +10,9 @@ value whose type is fully known is its type's shape, a constant, so a chain such
 ``Shape -> Gather -> Unsqueeze -> Concat -> Reshape`` collapses to one ``Reshape`` with a
 constant target shape. Give dynamic inputs a shape with ``--shape NAME=D0,D1,..`` first.
 
-Never folded: ops that are not deterministic (RandomNormal, ...), ops with subgraphs, ops
-without a reference kernel, Quantize/DequantizeLinear (a QDQ model keeps its integer weights:
+Never folded: results that are sequences or optionals (an initializer holds one tensor), ops
+that are not deterministic (RandomNormal, ...), ops with subgraphs, ops without a reference
+kernel, Quantize/DequantizeLinear (a QDQ model keeps its integer weights:
 that is what makes it a quantized model), and any output larger than ``max_bytes`` that would
 also be larger than the inputs it comes from (a ``ConstantOfShape`` that expands a 16-byte
 shape into a 400 MB weight stays as it is; the cap never lets folding blow up a model file or
@@ -124,6 +125,10 @@ class FoldConstants(Pass):
                                                                                 for v in node.inputs])
             except Exception as exc:  # a kernel refusing these constants: keep the node, say why
                 return RuleEvent(rule, node.name, False, reason=f"reference kernel failed: {type(exc).__name__}: {exc}")
+            if not isinstance(res, (np.ndarray, np.generic)) and any(
+                    isinstance(a, list) or (a is None and v is not None) for a, v in zip(res, node.outputs)):
+                return RuleEvent(rule, node.name, False,
+                                 reason="the result is a sequence or an optional, not a tensor an initializer can hold")
             arrays = [res] if isinstance(res, np.ndarray) else [None if a is None else np.asarray(a) for a in res]
             if node.activation and arrays:
                 arrays[0] = run_activation(node, arrays[0], ctx.opset)

@@ -14,7 +14,15 @@ from typing import Any
 from engine.diagnostics import Diagnostic
 from engine.ir.clone import clone_graph
 from engine.ir.graph import Graph
-from engine.passes.base import Pass, PassManager, PassRecord, PipelineItem, Repeat
+from engine.passes.base import (
+    Pass,
+    PassManager,
+    PassRecord,
+    PipelineItem,
+    Repeat,
+    count_nodes,
+    subgraphs,
+)
 from engine.passes.eliminate import (
     EliminateCommonSubexpressions,
     EliminateDeadCode,
@@ -26,7 +34,9 @@ from engine.passes.fuse_activation import activation_pass, hardswish_pass
 from engine.passes.fuse_bn import batchnorm_pass
 from engine.passes.fuse_linear import matmul_add_pass, mul_add_pass, pad_conv_pass
 from engine.passes.fuse_transformer import gelu_pass, layernorm_pass
+from engine.passes.hoist import HoistCommonBranchNodes
 from engine.passes.opset import min_ir_version
+from nodes.types import is_tensor_type
 
 # The default pipeline, in order. A tuple (group name, [passes]) runs to a fixed point.
 DEFAULT_PIPELINE: list[str | tuple[str, list[str]]] = [
@@ -48,6 +58,7 @@ DEFAULT_PIPELINE: list[str | tuple[str, list[str]]] = [
     ("final_cleanup", [                     # repeated until nothing changes:
         "fold_constants",
         "eliminate_noop",
+        "hoist_if_common",                  #   what both If branches compute from outer values, once before it
         "eliminate_common_subexpressions",  #   equal initializers and duplicate computations (after the
         "eliminate_dead_code",              #   fusions, so a Conv shared by two BatchNorms cannot block them)
     ]),
@@ -76,6 +87,7 @@ def _factories(o: OptimizeOptions) -> dict[str, Callable[[], Pass]]:
         "eliminate_noop": lambda: noop_pass(d),
         "eliminate_common_subexpressions": EliminateCommonSubexpressions,
         "eliminate_dead_code": EliminateDeadCode,
+        "hoist_if_common": HoistCommonBranchNodes,
         "fuse_pad_conv": lambda: pad_conv_pass(d),
         "fuse_batchnorm": lambda: batchnorm_pass(d),
         "fuse_mul_add": lambda: mul_add_pass(d),
@@ -131,19 +143,20 @@ class OptimizeResult:
     def fused(self) -> list[dict[str, Any]]:
         """Every node that stands for more than one original node (or carries an activation)."""
         out = []
-        for n in self.graph.toposort():
-            prov = n.meta.get("provenance")
-            if (prov and (len(prov) > 1 or prov != [n.name])) or n.activation:
-                entry: dict[str, Any] = {"node": n.name, "op_type": n.op_type, "from": list(prov or [n.name])}
-                if n.activation:
-                    entry["activation"] = n.activation.describe()
-                out.append(entry)
+        for g in (self.graph, *subgraphs(self.graph)):
+            for n in g.toposort():
+                prov = n.meta.get("provenance")
+                if (prov and (len(prov) > 1 or prov != [n.name])) or n.activation:
+                    entry: dict[str, Any] = {"node": n.name, "op_type": n.op_type, "from": list(prov or [n.name])}
+                    if n.activation:
+                        entry["activation"] = n.activation.describe()
+                    out.append(entry)
         return out
 
     def report(self) -> dict[str, Any]:
         """The ``optimize --report`` document (CONTRACTS.md keys plus per-pass details)."""
-        after = Counter(n.op_type for n in self.graph.nodes)
-        onnx_nodes = len(self.graph) + sum(n.activation.onnx_nodes for n in self.graph.nodes if n.activation)
+        after = Counter(n.op_type for n in self.graph.all_nodes())
+        onnx_nodes = self.nodes_after + sum(n.activation.onnx_nodes for n in self.graph.all_nodes() if n.activation)
         return {
             "nodes_before": self.nodes_before,
             "nodes_after": self.nodes_after,
@@ -168,12 +181,12 @@ def optimize(graph: Graph, options: OptimizeOptions | None = None, copy: bool = 
         o = OptimizeOptions(**{**o.__dict__, "disable": tuple(o.disable) + tuple(disable)})
     manager = PassManager(build_pipeline(o), disabled=o.disable, verify=o.verify, check_onnx=o.check_onnx)
     g = clone_graph(graph) if copy else graph
-    before = len(g)
-    hist = Counter(n.op_type for n in g.nodes)
+    before = count_nodes(g)
+    hist = Counter(n.op_type for n in g.all_nodes())
     run = manager.run(g)
     g = run.graph
     finalize(g)
-    return OptimizeResult(g, run.trace, run.diagnostics, before, len(g), dict(hist))
+    return OptimizeResult(g, run.trace, run.diagnostics, before, count_nodes(g), dict(hist))
 
 
 def finalize(graph: Graph) -> None:
@@ -181,8 +194,9 @@ def finalize(graph: Graph) -> None:
     initializer layout (IR < 4 requires every initializer to be an input)."""
     from engine.ir.infer import infer_shapes
 
-    graph.prune_values()
-    if any(v is not None and v.type.dtype is None for n in graph.nodes for v in n.outputs):
+    for g in (graph, *subgraphs(graph)):
+        g.prune_values()
+    if any(v is not None and v.type.dtype is None and is_tensor_type(v.type) for n in graph.nodes for v in n.outputs):
         infer_shapes(graph)
     need = min_ir_version(graph.opset(""))
     over = set(graph.overridable)

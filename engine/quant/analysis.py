@@ -9,13 +9,13 @@ SQNR = 10 log10(sum(ref^2) / sum((ref - q)^2)) in dB; cosine = <ref, q> / (|ref|
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from engine.ir.fused import run_activation
-from engine.ir.graph import Graph
+from engine.ir.graph import Graph, Node
 from engine.quant.config import quant_spec
 from engine.quant.data import CalibrationSet
 from engine.quant.params import (
@@ -107,19 +107,19 @@ class QuantAnalysis:
         return next((e for e in self.layers if e.node == node), None)
 
 
-def _visible_output(qm: QuantizedModel, name: str) -> str:
-    """The tensor consumers of ``name`` read in the QDQ graph (its dequantized copy if any)."""
+def _visible_output(qm: QuantizedModel, name: str, names: set[str] | None = None) -> str:
+    """The tensor consumers of ``name`` read in the QDQ graph (its dequantized copy if any);
+    ``names`` holds the value names of every scope when ``name`` may live in a body."""
     dq = f"{name}_dequantized"
-    return dq if dq in qm.graph.values else name
+    return dq if dq in (names if names is not None else qm.graph.values) else name
 
 
-def _isolated_output(qm: QuantizedModel, fp_graph: Graph, node_name: str, env: dict[str, np.ndarray]) -> np.ndarray:
+def _isolated_output(qm: QuantizedModel, fp_graph: Graph, node: Node, env: Mapping[str, np.ndarray]) -> np.ndarray:
     """Run one node of the FP32 graph with only its own quantization applied."""
     from nodes import registry
     from nodes.spec import RunContext
 
-    node = fp_graph.node_by_name(node_name)
-    assert node is not None
+    node_name = node.name
     spec = registry.get(node.op_type, node.domain)
     assert spec is not None
     precision = qm.node_precision.get(node_name, "fp32")
@@ -161,24 +161,53 @@ def analyze(fp_graph: Graph, qm: QuantizedModel, data: CalibrationSet | Iterable
     With ``outputs_only`` only the model outputs are compared (fast; for precision searches).
     """
     from engine import executor_for
+    from engine.passes.base import subgraphs
     from engine.sim.feeds import check_feeds
 
-    layers = [LayerError(n, fp_graph.node_by_name(n).op_type, p)  # type: ignore[union-attr]
-              for n, p in qm.node_precision.items()]
+    by_name: dict[str, Node] = {}
+    for n in fp_graph.all_nodes():
+        by_name.setdefault(n.name, n)
+    layers = [LayerError(n, by_name[n].op_type, p) for n, p in qm.node_precision.items()]
     outputs = {v.name: ErrorStats() for v in fp_graph.outputs}
     fp_ex = executor_for(fp_graph)
     q_ex = executor_for(qm.graph)
     samples = list(data)[:max_samples] if not isinstance(data, CalibrationSet) else \
         [data.sample(i) for i in range(min(len(data), max_samples))]
+    # Layers inside If/Loop/Scan bodies are compared per execution of their body, through hooks.
+    in_body = {le.node for le in layers if by_name[le.node].graph is not fp_graph}
+    q_names = {name for g in (qm.graph, *subgraphs(qm.graph)) for name in g.values}
+    watch = {_visible_output(qm, by_name[n].outputs[0].name, q_names): n  # type: ignore[union-attr]
+             for n in in_body}
+    runs: dict[str, list] = {n: [] for n in in_body}
+    seen: dict[str, list] = {n: [] for n in in_body}
+
+    def fp_hook(node: Node, outs: list) -> None:
+        if node.name in runs and by_name[node.name] is node:
+            runs[node.name].append((outs[0], _isolated_output(qm, fp_graph, node, fp_ex.scope())))
+
+    def q_hook(node: Node, outs: list) -> None:
+        for v, arr in zip(node.outputs, outs):
+            if v is not None and v.name in watch:
+                seen[watch[v.name]].append(arr)
+
+    body_hooks = bool(in_body) and not outputs_only
     for k, feeds in enumerate(samples):
         feeds = check_feeds(fp_graph, feeds)
-        ref = fp_ex.run(feeds, keep_all=not outputs_only)
-        got = q_ex.run(check_feeds(qm.graph, feeds), keep_all=not outputs_only)
+        ref = fp_ex.run(feeds, keep_all=not outputs_only, hook=fp_hook if body_hooks else None, hook_bodies=True)
+        got = q_ex.run(check_feeds(qm.graph, feeds), keep_all=not outputs_only,
+                       hook=q_hook if body_hooks else None, hook_bodies=True)
         for le in [] if outputs_only else layers:
-            node = fp_graph.node_by_name(le.node)
+            if le.node in in_body:
+                for (want, isolated), q in zip(runs[le.node], seen[le.node]):
+                    le.accumulated.update(want, q)
+                    le.isolated.update(want, isolated)
+                runs[le.node].clear()
+                seen[le.node].clear()
+                continue
+            node = by_name[le.node]
             name = node.outputs[0].name  # type: ignore[union-attr]
             le.accumulated.update(ref[name], got[_visible_output(qm, name)])
-            le.isolated.update(ref[name], _isolated_output(qm, fp_graph, le.node, ref))
+            le.isolated.update(ref[name], _isolated_output(qm, fp_graph, node, ref))
         for name, st in outputs.items():
             st.update(ref[name], got[name])
         if progress is not None:

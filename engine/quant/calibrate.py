@@ -44,14 +44,18 @@ def is_float_activation(v) -> bool:
 
 
 def quantizable_nodes(graph: Graph, config: QuantConfig) -> list[Node]:
-    """Nodes of the main graph that quantization touches, in topological order."""
+    """Nodes that quantization touches, in topological order: the main graph's, then those of
+    every If/Loop/Scan body (outer bodies before the bodies nested in them)."""
+    from engine.passes.base import subgraphs
+
     out = []
-    for n in graph.toposort():
-        if n.op_type not in config.ops or n.domain:
-            continue
-        if not n.outputs or n.outputs[0] is None or not is_float_activation(n.outputs[0]):
-            continue
-        out.append(n)
+    for g in (graph, *subgraphs(graph)):
+        for n in g.toposort():
+            if n.op_type not in config.ops or n.domain:
+                continue
+            if not n.outputs or n.outputs[0] is None or not is_float_activation(n.outputs[0]):
+                continue
+            out.append(n)
     return out
 
 
@@ -88,6 +92,9 @@ def calibrate(graph: Graph, data: CalibrationSet, config: QuantConfig, tensors: 
               observers: dict[str, Observer] | None = None) -> Calibration:
     """Observe ``tensors`` (default: every tensor quantization needs) over all samples.
 
+    Tensors inside If/Loop/Scan bodies are observed every time their body runs (every
+    iteration of a Loop), so their ranges cover all executions.
+
     MinMax alone needs only running min/max; any other method (or ``histograms=True``, which
     the GUI asks for to draw thresholds) keeps a 2048-bin histogram per tensor, whose memory
     does not grow with the number of samples. Samples run ``batch`` at a time when the graph
@@ -109,6 +116,8 @@ def calibrate(graph: Graph, data: CalibrationSet, config: QuantConfig, tensors: 
     stats: dict[str, Observer] = dict(observers) if observers is not None else {
         n: HistogramObserver(config.bins) if histograms else MinMaxObserver() for n in names}
     ex = executor_for(graph)
+    body_inputs = _body_inputs_first_read(graph, names)
+    running = [ex]
 
     def observe(name: str, arr: np.ndarray) -> None:
         try:
@@ -121,12 +130,19 @@ def calibrate(graph: Graph, data: CalibrationSet, config: QuantConfig, tensors: 
         for v, arr in zip(node.outputs, outs):
             if v is not None and arr is not None and v.name in names:
                 observe(v.name, arr)
+        if body_inputs:  # a body's own inputs (loop-carried state, scan slices) at their first reader
+            for v in node.inputs:
+                if v is not None and body_inputs.get(v.name) == node.name:
+                    arr = running[0].scope().get(v.name)
+                    if isinstance(arr, np.ndarray):
+                        observe(v.name, arr)
 
     total = len(data)
     batched = _batched_graph(graph, data, batch) if batch > 1 else None
     done = 0
     if batched is not None:  # same statistics: min/max/histograms of a batch = of its samples
         bex = executor_for(batched)
+        running[0] = bex
         while total - done >= batch:
             if cancel is not None and cancel():
                 raise Cancelled("calibration cancelled")
@@ -134,10 +150,11 @@ def calibrate(graph: Graph, data: CalibrationSet, config: QuantConfig, tensors: 
             for k, arr in feeds.items():
                 if k in names:
                     observe(k, arr)
-            bex.run(check_feeds(batched, feeds), hook=hook)
+            bex.run(check_feeds(batched, feeds), hook=hook, hook_bodies=True)
             done += batch
             if progress is not None:
                 progress(done, total)
+    running[0] = ex
     for i in range(done, total):
         if cancel is not None and cancel():
             raise Cancelled("calibration cancelled")
@@ -145,10 +162,25 @@ def calibrate(graph: Graph, data: CalibrationSet, config: QuantConfig, tensors: 
         for k, arr in feeds.items():
             if k in names:
                 observe(k, arr)
-        ex.run(feeds, hook=hook)
+        ex.run(feeds, hook=hook, hook_bodies=True)
         if progress is not None:
             progress(i + 1, total)
     return Calibration(stats, total, data.source, histograms)
+
+
+def _body_inputs_first_read(graph: Graph, names: set[str]) -> dict[str, str]:
+    """Inputs of If/Loop/Scan bodies that need observing -> the name of the first body node
+    reading them (no node produces them, so they are observed when that node runs)."""
+    from engine.passes.base import subgraphs
+
+    out: dict[str, str] = {}
+    for g in subgraphs(graph):
+        wanted = {v.name for v in g.inputs if v.name in names}
+        for n in g.toposort():
+            for v in n.inputs:
+                if v is not None and v.name in wanted and v.name not in out:
+                    out[v.name] = n.name
+    return out
 
 
 def _stack(samples: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:

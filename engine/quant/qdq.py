@@ -6,6 +6,10 @@ per output channel with ``per_channel``) behind a DequantizeLinear; biases of Co
 as int32 with scale = input_scale * weight_scale, zero point 0. FP16/BF16 layers get Cast pairs
 (float -> fp16 -> float) on their inputs, which rounds exactly as the lower precision would.
 Running this graph in our executor is the simulation; running it in onnxruntime is the check.
+
+Ops inside If/Loop/Scan bodies are quantized like the main graph's: an activation's Q/DQ pair
+goes into the graph that defines the tensor (so a value captured from the outer scope is
+quantized once, outside, for every reader), weights and biases beside the op that reads them.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from onnx import TensorProto
 from engine.diagnostics import INFO, WARNING, Diagnostic
 from engine.ir.clone import clone_graph
 from engine.ir.graph import Graph, Node, Value
+from engine.passes.base import subgraphs
 from engine.quant.calibrate import (
     Calibration,
     fused_into_producer,
@@ -149,12 +154,12 @@ def refuse_activations(src: Graph, g: Graph) -> Graph:
     activations as separate, uncalibrated ops. ``src`` is at the fixed point of the
     fuse_activation pass, so running it again restores exactly its fusions.
     """
-    if any(n.activation for n in src.nodes):
+    if any(n.activation for n in src.all_nodes()):
         from engine.passes.fuse_activation import activation_pass
 
-        g = activation_pass().call(g).graph
-    metas = {n.name: n.meta for n in src.nodes}
-    for dst in g.nodes:
+        g = activation_pass().run(g).graph
+    metas = {n.name: n.meta for n in src.all_nodes()}
+    for dst in g.all_nodes():
         if dst.name in metas:
             dst.meta = dict(metas[dst.name])
     return g
@@ -180,30 +185,37 @@ class _Builder:
         if c is None or c.const is None or c.const.dtype.kind != "f":
             return
         qp = const_operand_params(c.const)
-        qc = self.const(f"{c.name}_quantized", quantize_array(c.const, qp))
-        scale = self.const(f"{c.name}_scale", np.asarray(qp.scale, np.float32))
-        zp = self.const(f"{c.name}_zero_point", np.asarray(qp.zero_point))
-        dq = self.g.make_node("DequantizeLinear", [qc, scale, zp], name=f"{c.name}_DequantizeLinear",
+        g = node.graph or self.g
+        qc = self.const(g, f"{c.name}_quantized", quantize_array(c.const, qp))
+        scale = self.const(g, f"{c.name}_scale", np.asarray(qp.scale, np.float32))
+        zp = self.const(g, f"{c.name}_zero_point", np.asarray(qp.zero_point))
+        dq = g.make_node("DequantizeLinear", [qc, scale, zp], name=f"{c.name}_DequantizeLinear",
                               output_names=[f"{c.name}_dequantized"])
         dq.outputs[0].type = TensorType(np.dtype(np.float32), c.type.shape)
         node.set_input(idx, dq.outputs[0])
         self.res.weights[c.name] = qp
 
-    def const(self, base: str, array: np.ndarray) -> Value:
-        return self.g.add_initializer(base, np.asarray(array))
+    def const(self, g: Graph, base: str, array: np.ndarray) -> Value:
+        return g.add_initializer(base, np.asarray(array))
+
+    def scope_of(self, v: Value) -> Graph:
+        """The graph a tensor is defined in: its Q/DQ go there, visible to every reader (readers
+        inside If/Loop/Scan bodies included)."""
+        return v.graph if v.graph is not None else self.g
 
     def qdq(self, v: Value, qp: QuantParams, key: str) -> Value:
-        """Q -> DQ after ``v``; cached per (tensor, precision)."""
+        """Q -> DQ after ``v`` (in ``v``'s graph); cached per (tensor, precision)."""
         cached = self.qdq_cache.get((v.name, key))
         if cached is not None:
             return cached
-        scale = self.const(f"{v.name}_scale", np.asarray(qp.scale, np.float32))
-        zp = self.const(f"{v.name}_zero_point", np.asarray(qp.zero_point))
+        g = self.scope_of(v)
+        scale = self.const(g, f"{v.name}_scale", np.asarray(qp.scale, np.float32))
+        zp = self.const(g, f"{v.name}_zero_point", np.asarray(qp.zero_point))
         src = self.to_float32(v)
-        q = self.g.make_node("QuantizeLinear", [src, scale, zp], name=f"{v.name}_QuantizeLinear",
+        q = g.make_node("QuantizeLinear", [src, scale, zp], name=f"{v.name}_QuantizeLinear",
                              output_names=[f"{v.name}_quantized"])
         q.outputs[0].type = TensorType(np.asarray(qp.zero_point).dtype, v.type.shape)
-        dq = self.g.make_node("DequantizeLinear", [q.outputs[0], scale, zp], name=f"{v.name}_DequantizeLinear",
+        dq = g.make_node("DequantizeLinear", [q.outputs[0], scale, zp], name=f"{v.name}_DequantizeLinear",
                               output_names=[f"{v.name}_dequantized"])
         dq.outputs[0].type = TensorType(np.dtype(np.float32), v.type.shape)
         out = self.from_float32(dq.outputs[0], v.type.dtype)
@@ -216,7 +228,7 @@ class _Builder:
         dt = v.type.dtype
         if dt is None or np.dtype(dt) == np.float32:
             return v
-        c = self.g.make_node("Cast", [v], attrs={"to": TensorProto.FLOAT}, name=f"{v.name}_to_float32",
+        c = self.scope_of(v).make_node("Cast", [v], attrs={"to": TensorProto.FLOAT}, name=f"{v.name}_to_float32",
                              output_names=[f"{v.name}_float32"])
         c.outputs[0].type = TensorType(np.dtype(np.float32), v.type.shape)
         return c.outputs[0]
@@ -227,7 +239,8 @@ class _Builder:
             return v
         from nodes.types import onnx_elem_type
 
-        c = self.g.make_node("Cast", [v], attrs={"to": onnx_elem_type(np.dtype(dtype))}, name=f"{v.name}_to_model_type",
+        c = self.scope_of(v).make_node("Cast", [v], attrs={"to": onnx_elem_type(np.dtype(dtype))},
+                                       name=f"{v.name}_to_model_type",
                              output_names=[f"{v.name}_{np.dtype(dtype).name}"])
         c.outputs[0].type = TensorType(np.dtype(dtype), v.type.shape)
         return c.outputs[0]
@@ -236,10 +249,11 @@ class _Builder:
         cached = self.qdq_cache.get((v.name, precision))
         if cached is not None:
             return cached
-        down = self.g.make_node("Cast", [v], attrs={"to": CAST_TO[precision]}, name=f"{v.name}_to_{precision}",
+        g = self.scope_of(v)
+        down = g.make_node("Cast", [v], attrs={"to": CAST_TO[precision]}, name=f"{v.name}_to_{precision}",
                                 output_names=[f"{v.name}_{precision}"])
         down.outputs[0].type = TensorType(None, v.type.shape)
-        up = self.g.make_node("Cast", [down.outputs[0]], attrs={"to": TensorProto.FLOAT},
+        up = g.make_node("Cast", [down.outputs[0]], attrs={"to": TensorProto.FLOAT},
                               name=f"{v.name}_from_{precision}", output_names=[f"{v.name}_{precision}_f32"])
         up.outputs[0].type = TensorType(np.dtype(np.float32), v.type.shape)
         self.qdq_cache[(v.name, precision)] = up.outputs[0]
@@ -254,16 +268,17 @@ class _Builder:
                 node.set_input(idx, self.cast_pair(w, precision))
             return None
         wdt = "int16" if precision == "int16" else "int8"
+        g = node.graph or self.g
         q = quant_spec(node)
         axis = q.weight_axis(node) if q is not None and q.weight_axis is not None else 0
         per_channel = (self.config.per_channel or self.config.tflite) and w.const.ndim >= 2
         qp = weight_params(w.const, wdt, True, per_channel, axis,
                            self.config.reduce_range)
-        qw = self.const(f"{w.name}_quantized", quantize_array(w.const.astype(np.float32), qp))
-        scale = self.const(f"{w.name}_scale", np.asarray(qp.scale, np.float32))
-        zp = self.const(f"{w.name}_zero_point", np.asarray(qp.zero_point))
+        qw = self.const(g, f"{w.name}_quantized", quantize_array(w.const.astype(np.float32), qp))
+        scale = self.const(g, f"{w.name}_scale", np.asarray(qp.scale, np.float32))
+        zp = self.const(g, f"{w.name}_zero_point", np.asarray(qp.zero_point))
         attrs = {"axis": axis} if qp.per_channel else {}
-        dq = self.g.make_node("DequantizeLinear", [qw, scale, zp], attrs=attrs, name=f"{w.name}_DequantizeLinear",
+        dq = g.make_node("DequantizeLinear", [qw, scale, zp], attrs=attrs, name=f"{w.name}_DequantizeLinear",
                               output_names=[f"{w.name}_dequantized"])
         dq.outputs[0].type = TensorType(np.dtype(np.float32), w.type.shape)
         node.set_input(idx, self.from_float32(dq.outputs[0], w.const.dtype))
@@ -282,11 +297,12 @@ class _Builder:
         if np.ndim(bqp.scale) == 1 and bqp.scale.shape[0] != b.const.shape[0]:
             return
         qb = np.clip(np.rint(b.const.astype(np.float32).astype(np.float64) / bqp.scale), -(2**31), 2**31 - 1).astype(np.int32)
-        qv = self.const(f"{b.name}_quantized", qb)
-        scale = self.const(f"{b.name}_scale", np.asarray(bqp.scale, np.float32))
-        zp = self.const(f"{b.name}_zero_point", np.zeros(np.shape(bqp.scale), np.int32))
+        g = node.graph or self.g
+        qv = self.const(g, f"{b.name}_quantized", qb)
+        scale = self.const(g, f"{b.name}_scale", np.asarray(bqp.scale, np.float32))
+        zp = self.const(g, f"{b.name}_zero_point", np.zeros(np.shape(bqp.scale), np.int32))
         attrs = {"axis": 0} if bqp.per_channel else {}
-        dq = self.g.make_node("DequantizeLinear", [qv, scale, zp], attrs=attrs, name=f"{b.name}_DequantizeLinear",
+        dq = g.make_node("DequantizeLinear", [qv, scale, zp], attrs=attrs, name=f"{b.name}_DequantizeLinear",
                               output_names=[f"{b.name}_dequantized"])
         dq.outputs[0].type = TensorType(np.dtype(np.float32), b.type.shape)
         node.set_input(idx, self.from_float32(dq.outputs[0], b.const.dtype))  # type: ignore[arg-type]
@@ -308,6 +324,13 @@ def _output_through_qdq(g: Graph, v: Value, dq: Value) -> None:
         g.set_output(k, dq)
 
 
+def _never_ran(calib: Calibration, node: Node) -> bool:
+    """True when calibration observed the node's output but saw no value: the node sits in an
+    If branch (or a Loop/Scan body) that none of the samples executed."""
+    obs = calib.stats.get(node.outputs[0].name) if node.outputs and node.outputs[0] is not None else None
+    return obs is not None and obs.count == 0 and node.graph is not None and node.graph.parent is not None
+
+
 def build_qdq(graph: Graph, calib: Calibration, config: QuantConfig) -> QuantizedModel:
     """The QDQ model of ``graph`` (the input graph is not modified)."""
     needs_int16 = config.dtype == "int16" or "int16" in config.precision.values()
@@ -325,9 +348,15 @@ def build_qdq(graph: Graph, calib: Calibration, config: QuantConfig) -> Quantize
     nodes = quantizable_nodes(g, config)
     if not nodes:
         raise ValueError("model has no quantizable op (Conv, Gemm, MatMul, ...): nothing to quantize")
-    quantized_outputs: dict[str, str] = {}
+    quantized_outputs: dict[str, tuple[Value, str]] = {}
     for node in nodes:
         precision = config.node_precision(node.name)
+        if precision not in FLOAT_PRECISIONS and _never_ran(calib, node):
+            where = f"it is in body {node.graph.name!r}, which"
+            res.diagnostics.append(Diagnostic(WARNING, node.name, "not-calibrated",
+                                              f"{node.op_type} {node.name!r} never ran on the calibration data "
+                                              f"({where} did not execute); left in float"))
+            continue
         res.node_precision[node.name] = precision
         params: dict[str, QuantParams] = {}
         in_qp: QuantParams | None = None
@@ -368,11 +397,10 @@ def build_qdq(graph: Graph, calib: Calibration, config: QuantConfig) -> Quantize
             consumers = out.consumers()
             if out.is_graph_output or (consumers and not (len(consumers) == 1
                                                           and fused_into_producer(consumers[0], config))):
-                quantized_outputs[out.name] = precision
+                quantized_outputs[out.name] = (out, precision)
         res.node_params[node.name] = params
     # Outputs of quantized ops are requantized for all their consumers (the NPU stores them as integers).
-    for name, precision in quantized_outputs.items():
-        v = g.values[name]
+    for name, (v, precision) in quantized_outputs.items():
         qp = b.params(name, precision)
         res.activations.setdefault(name, qp)
         dq = b.qdq(v, qp, precision)
@@ -380,7 +408,7 @@ def build_qdq(graph: Graph, calib: Calibration, config: QuantConfig) -> Quantize
             if user.op_type != "QuantizeLinear" and not (user.outputs and user.outputs[0] is dq):
                 user.set_input(idx, dq)
         if v.is_graph_output:
-            _output_through_qdq(g, v, dq)
+            _output_through_qdq(v.graph or g, v, dq)
     if config.tflite:  # model inputs read by ops that do not quantize them (Slice, Reshape, ...)
         for v in g.inputs:
             if not is_float_activation(v) or all(u.op_type == "QuantizeLinear" for u, _ in v.uses()):
@@ -394,8 +422,9 @@ def build_qdq(graph: Graph, calib: Calibration, config: QuantConfig) -> Quantize
             for user, idx in v.uses():
                 if user.op_type != "QuantizeLinear":
                     user.set_input(idx, dq)
-    # Float weights replaced by their quantized copies are dropped.
-    for name, v in list(g.initializers.items()):
-        if not v.uses() and not v.is_graph_output and name not in g.overridable:
-            g.remove_initializer(name)
+    # Float weights replaced by their quantized copies are dropped (in bodies too).
+    for scope in (g, *subgraphs(g)):
+        for name, v in list(scope.initializers.items()):
+            if not v.uses() and not v.is_graph_output and name not in scope.overridable:
+                scope.remove_initializer(name)
     return res

@@ -21,6 +21,7 @@ from nodes.spec import NodeContext, OpError, OpSpec, RunContext
 from nodes.types import TensorType
 
 NodeHook = Callable[[Node, list[np.ndarray | None]], None]
+"""Called after each node with its outputs (``run(..., hook=...)``)."""
 
 
 @dataclass
@@ -125,7 +126,24 @@ def _execute(step: _Step, env: Mapping[str, Any], local: dict[str, Any]) -> None
     outs = [np.asarray(res)] if isinstance(res, (np.ndarray, np.generic)) else list(res)
     for name, arr in zip(step.outputs, outs):
         if name is not None:
-            local[name] = arr if isinstance(arr, np.ndarray) or arr is None else np.asarray(arr)
+            # a list is a sequence and None an empty optional (nodes/sequence.py): kept as they are
+            local[name] = arr if isinstance(arr, (np.ndarray, list)) or arr is None else np.asarray(arr)
+
+
+def _nbytes(value: Any) -> int:
+    """Bytes held by a run-time value: an array, a sequence (list) of them, or None."""
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if isinstance(value, list):
+        return sum(_nbytes(v) for v in value)
+    return 0
+
+
+def _shape_key(value: Any) -> Any:
+    """What a plan's memory check depends on: an array's shape, a sequence's element shapes."""
+    if isinstance(value, list):
+        return ("seq", tuple(_shape_key(v) for v in value))
+    return None if value is None else np.shape(value)
 
 
 def _shape_rule_refusal(step: _Step, args: list[Any]) -> str | None:
@@ -162,6 +180,7 @@ class Executor:
         self._plans: dict[int, _Plan] = {}
         self._env_stack: list[Mapping[str, Any]] = []
         self._hook: NodeHook | None = None
+        self._hook_bodies = False
 
     def _plan(self, graph: Graph) -> _Plan:
         plan = self._plans.get(id(graph))
@@ -171,23 +190,32 @@ class Executor:
         return plan
 
     def run(self, feeds: Mapping[str, np.ndarray], keep_all: bool = False,
-            hook: NodeHook | None = None) -> dict[str, np.ndarray]:
+            hook: NodeHook | None = None, hook_bodies: bool = False) -> dict[str, np.ndarray]:
         """Execute the graph; returns the outputs (every value when ``keep_all``).
 
         Before the first run with given input shapes, the peak memory is estimated and a run
         that would exceed ``max_bytes`` is refused (ExecutionError) instead of exhausting the machine.
+        ``hook`` sees the main graph's nodes, and with ``hook_bodies`` also every execution of a
+        node inside an If/Loop/Scan body (a Loop body's nodes once per iteration).
         """
-        key = (self.graph.version, self.max_bytes, tuple(sorted((k, np.shape(v)) for k, v in feeds.items())))
+        key = (self.graph.version, self.max_bytes, tuple(sorted((k, _shape_key(v)) for k, v in feeds.items())))
         if key not in self._checked:
             from engine.sim.memory import check_memory
 
             check_memory(self.graph, feeds, self.max_bytes)
             self._checked.add(key)
-        self._hook = hook
+        self._hook, self._hook_bodies = hook, hook_bodies
         try:
             return self._run(self.graph, feeds, ChainMap(), keep_all)
         finally:
             self._hook = None
+
+    def scope(self) -> Mapping[str, Any]:
+        """The values visible where the node being hooked runs (its graph's, then enclosing ones):
+        a hook reads a node's inputs here. Only meaningful during a hook call."""
+        if not self._env_stack:
+            raise RuntimeError("Executor.scope() is only available while a graph runs")
+        return self._env_stack[-1]
 
     def _fold_constants(self, plan: _Plan, outer: Mapping[str, Any]) -> None:
         """Compute the constant-only steps once and keep their outputs with the initializers."""
@@ -197,8 +225,8 @@ class Executor:
         for k, step in enumerate(plan.const_steps):
             _execute(step, env, local)
             for n in step.outputs:
-                if n is not None and isinstance(local.get(n), np.ndarray):
-                    cached += local[n].nbytes
+                if n is not None and n in local:
+                    cached += _nbytes(local[n])
                     plan.consts[n] = local[n]
             if cached > CONST_CACHE_BYTES:  # too big to keep: the rest run every time
                 plan.steps[:0] = plan.const_steps[k + 1:]
@@ -221,7 +249,7 @@ class Executor:
         local.update(feeds)
         env = ChainMap(local, outer) if outer else local
         self._env_stack.append(env)
-        hook = self._hook if graph is self.graph else None
+        hook = self._hook if graph is self.graph or self._hook_bodies else None
         try:
             for step in plan.steps:
                 _execute(step, env, local)

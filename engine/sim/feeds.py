@@ -9,7 +9,7 @@ import numpy as np
 
 from engine.errors import InputError
 from engine.ir.graph import Graph
-from nodes.types import dtype_name
+from nodes.types import OptionalType, SequenceType, TensorType, dtype_name, is_tensor_type
 
 
 def check_feeds(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -23,6 +23,9 @@ def check_feeds(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np.n
         if v.name not in feeds:
             raise InputError(f"input {v.name!r} is missing from the feeds")
         arr = feeds[v.name]
+        if not is_tensor_type(v.type):  # a sequence (list of arrays) or an optional (None when empty)
+            out[v.name] = _check_nontensor(v.name, v.type, arr)
+            continue
         if not isinstance(arr, np.ndarray):
             arr = np.asarray(arr)
         t = v.type
@@ -42,6 +45,19 @@ def check_feeds(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np.n
         if k in feeds:
             out[k] = np.asarray(feeds[k])
     return out
+
+
+def _check_nontensor(name: str, t: TensorType, value: object) -> object:
+    """A sequence feed as a list of arrays, an optional feed as None or its element."""
+    if isinstance(t, OptionalType):
+        if value is None:
+            return None
+        return _check_nontensor(name, t.elem, value) if not is_tensor_type(t.elem) else np.asarray(value)
+    if isinstance(t, SequenceType):
+        if not isinstance(value, (list, tuple)):
+            raise InputError(f"input {name!r} expects a sequence (a list of arrays), got {type(value).__name__}")
+        return [np.asarray(x) for x in value]
+    return value
 
 
 def read_npz(path: str | Path, what: str) -> dict[str, np.ndarray]:

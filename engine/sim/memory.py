@@ -116,7 +116,7 @@ def check_memory(graph: Graph, feeds: Mapping[str, np.ndarray], limit: int) -> M
     """Raise ExecutionError when the estimated peak exceeds ``limit`` bytes."""
     from engine.errors import ExecutionError
 
-    est = estimate(graph, {k: tuple(np.shape(v)) for k, v in feeds.items()})
+    est = estimate(graph, {k: tuple(np.shape(v)) for k, v in feeds.items() if isinstance(v, np.ndarray)})
     if est.peak_bytes > limit:
         raise ExecutionError(
             f"running this model would need about {est.peak_bytes / 2**30:.1f} GiB (largest tensor "

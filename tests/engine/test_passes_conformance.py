@@ -27,7 +27,7 @@ def _check(graph, case) -> str | None:
         except Exception as exc:  # report any failure as text
             return f"execute: {type(exc).__name__}: {exc}"
         for v, exp in zip(graph.outputs, outputs):
-            err = cl._equal(cl._as_array(exp), res[v.name], case.rtol, case.atol)
+            err = cl._compare(cl._as_array(exp), res[v.name], case.rtol, case.atol)
             if err:
                 return f"output {v.name}: {err}"
     return None
