@@ -50,8 +50,9 @@ class QuantResult:
         }
         mp = getattr(self, "mixed_precision", None)
         if mp is not None:
-            doc["mixed_precision"] = {"reached": mp.reached, "raises": mp.steps,
-                                      "output_sqnr_db": round(mp.output_sqnr_db, 3)}
+            doc["mixed_precision"] = {"target_sqnr_db": mp.target_sqnr_db, "target_cosine": mp.target_cosine,
+                                      "reached": mp.reached, "output_sqnr_db": round(mp.output_sqnr_db, 3),
+                                      "raised": mp.raised(), "latency_us": mp.latency_us(), "raises": mp.steps}
         return doc
 
 

@@ -151,13 +151,16 @@ def _mixed_precision(args: argparse.Namespace, graph: Graph, data: CalibrationSe
         from engine.sim.timeline import simulate
 
         target = resolve_target(args.target)
-        cost = latency_cost_from_sim(simulate(graph, target), target)
+        sim = simulate(graph, target)
+        cost = latency_cost_from_sim(sim, target)
     if result.analysis is None:
         raise InputError("--target-sqnr/--target-cosine need the error analysis (--analysis-samples > 0)")
     ranking = [le.node for le in result.analysis.sensitivity()]
     mp = auto_mixed_precision(graph, data, result.config, result.calibration, ranking,
                               target_sqnr_db=args.target_sqnr, target_cosine=args.target_cosine,
                               precision=args.raise_to, latency_cost=cost)
+    if cost is not None:
+        mp.base_latency_us = sim.latency_us
     for st in mp.steps:
         extra = f", +{st['latency_cost_us']:.1f} us" if st["latency_cost_us"] is not None else ""
         out.line(f"raised {st['node']} to {st['precision']}: output SQNR {st['output_sqnr_db']:.2f} dB{extra}")

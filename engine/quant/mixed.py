@@ -46,6 +46,26 @@ class MixedPrecisionResult:
     reached: bool = False
     output_sqnr_db: float = 0.0
     output_cosine: float = 0.0
+    target_sqnr_db: float | None = None
+    target_cosine: float | None = None
+    start_sqnr_db: float = 0.0  # the output SQNR before any raise
+    base_latency_us: float | None = None  # simulated latency of the all-int8 model (set by the caller)
+
+    def raised(self) -> list[dict]:
+        """The CONTRACTS.md rows: node, from, to, latency_us_delta, db_gain (one per raise)."""
+        rows, prev = [], self.start_sqnr_db
+        for st in self.steps:
+            rows.append({"node": st["node"], "from": st.get("from"), "to": st["precision"],
+                         "latency_us_delta": st["latency_cost_us"], "db_gain": round(st["output_sqnr_db"] - prev, 3)})
+            prev = st["output_sqnr_db"]
+        return rows
+
+    def latency_us(self) -> dict[str, float | None]:
+        """Simulated latency before (all int8) and after the raises, when a target priced them."""
+        if self.base_latency_us is None:
+            return {"int8": None, "final": None}
+        extra = sum(st["latency_cost_us"] or 0.0 for st in self.steps)
+        return {"int8": round(self.base_latency_us, 3), "final": round(self.base_latency_us + extra, 3)}
 
 
 def _worst(outputs: dict[str, ErrorStats]) -> tuple[float, float]:
@@ -83,14 +103,16 @@ def auto_mixed_precision(graph: Graph, data: CalibrationSet, config: QuantConfig
         return (target_sqnr_db is None or sq >= target_sqnr_db) and (target_cosine is None or cos >= target_cosine)
 
     sq, cos = output_quality(graph, data, config, calibration, samples)
-    result = MixedPrecisionResult(config, [], ok(sq, cos), sq, cos)
+    result = MixedPrecisionResult(config, [], ok(sq, cos), sq, cos, target_sqnr_db=target_sqnr_db,
+                                  target_cosine=target_cosine, start_sqnr_db=round(sq, 3))
     limit = len(ranking) if max_raises is None else min(max_raises, len(ranking))
     for node in ranking[:limit]:
         if result.reached:
             break
+        before = config.precision.get(node, config.dtype)
         config = config.with_precision(node, precision)
         sq, cos = output_quality(graph, data, config, calibration, samples)
-        result.steps.append({"node": node, "precision": precision, "output_sqnr_db": round(sq, 3),
+        result.steps.append({"node": node, "from": before, "precision": precision, "output_sqnr_db": round(sq, 3),
                              "output_cosine": round(cos, 6),
                              "latency_cost_us": latency_cost(node, precision) if latency_cost else None})
         result.config, result.output_sqnr_db, result.output_cosine = config, sq, cos
