@@ -35,6 +35,7 @@ from app.canvas.scene import GraphScene
 from app.canvas.snapshot import take_snapshot
 from app.canvas.view import GraphView
 from app.document import Document, pending_recoveries
+from app.help import install_help
 from app.panels.diagnostics import DiagnosticsPanel
 from app.panels.inspector import InspectorPanel
 from app.panels.palette import PalettePanel
@@ -134,6 +135,7 @@ class MainWindow(QMainWindow):
         self.resizeDocks([self.diagnostics], [150], Qt.Orientation.Vertical)
         self.resizeDocks([self.palette, self.inspector], [210, 290], Qt.Orientation.Horizontal)
         install_analysis(self)  # issue 8: analysis docks, Export compiled..., chart <-> canvas selection
+        install_help(self)  # issue 20: the docs/ pages offline and the shortcut list
         if restore_state:
             geo = self.settings.value("window/geometry")
             state = self.settings.value("window/state")
