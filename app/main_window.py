@@ -135,7 +135,6 @@ class MainWindow(QMainWindow):
         self.resizeDocks([self.diagnostics], [150], Qt.Orientation.Vertical)
         self.resizeDocks([self.palette, self.inspector], [210, 290], Qt.Orientation.Horizontal)
         install_analysis(self)  # issue 8: analysis docks, Export compiled..., chart <-> canvas selection
-        install_help(self)  # issue 20: the docs/ pages offline and the shortcut list
         if restore_state:
             geo = self.settings.value("window/geometry")
             state = self.settings.value("window/state")
@@ -144,6 +143,7 @@ class MainWindow(QMainWindow):
             if isinstance(state, QByteArray):
                 self.restoreState(state)
         self._update_title()
+        install_help(self)  # issue 20: the docs/ pages offline and the shortcut list (the last menu)
 
     # -- actions and menus ---------------------------------------------------------------------
     def _action(self, text: str, slot: Callable[[], Any], shortcut: Any = None, menu=None) -> QAction:
