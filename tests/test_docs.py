@@ -206,3 +206,51 @@ def test_the_generator_notices_a_stale_page(tmp_path):
     page = "<!-- gen:run npu-studio simulate assets/models/digits_cnn.onnx --target phone-npu -->\nlatency 1 us\n<!-- /gen -->\n"
     out = render_page("probe.md", page)
     assert "latency 1 us" not in out and "$ npu-studio simulate" in out and "per inference" in out
+
+
+_RUN_SLOT = re.compile(r"<!-- gen:run (?P<cmd>npu-studio [^\n]*?) -->\n```text\n(?P<body>.*?)```\n<!-- /gen -->", re.S)
+_FRESH = """
+import io, json, sys
+from engine.cli import Out, main
+results = []
+for command in json.loads(sys.argv[1]):
+    import shlex
+    out, err = io.StringIO(), io.StringIO()
+    status = main(shlex.split(command)[1:], Out(out, err))
+    results.append([status, out.getvalue(), err.getvalue()])
+sys.stdout.write(json.dumps(results))
+"""
+
+
+def test_a_reader_following_the_int8_guide_gets_the_figures_it_shows(tmp_path):
+    """The guide's commands, typed from a fresh clone's root, print exactly what the guide shows.
+
+    Run in a new interpreter (not the test process), in a folder holding only a copy of the
+    bundled assets; the first command through ``python -m engine`` itself, the rest through
+    engine.cli.main in one process (the console script's entry point) to keep this fast.
+    """
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    for part in ("models", "data", "targets"):
+        shutil.copytree(ROOT / "assets" / part, tmp_path / "assets" / part)
+    (tmp_path / "out").mkdir()
+    guide = (DOCS / "guides" / "why-did-int8-break.md").read_text(encoding="utf-8")
+    slots = [(m.group("cmd"), m.group("body")) for m in _RUN_SLOT.finditer(guide)]
+    assert len(slots) >= 8 and any("--percentile 90" in c for c, _ in slots)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    first_cmd, first_body = slots[0]
+    proc = subprocess.run([sys.executable, "-m", "engine", *first_cmd.split()[1:]], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert f"$ {first_cmd}\n{proc.stdout}{proc.stderr}" == first_body
+
+    proc = subprocess.run([sys.executable, "-c", _FRESH, json.dumps([c for c, _ in slots[1:]])], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    for (command, body), (status, out, err) in zip(slots[1:], json.loads(proc.stdout)):
+        shown = f"$ {command}\n{out}{err}" + (f"(exit status {status})\n" if status else "")
+        assert shown == body, f"{command}: the guide shows\n{body}\nbut it prints\n{shown}"
