@@ -15,10 +15,10 @@ import ml_dtypes
 import numpy as np
 
 from nodes._util import norm_axis
-from nodes.conv import conv_geometry, conv_macs, conv_nd, conv_out_shape
-from nodes.matmul import matmul, matmul_shape
+from nodes.conv import conv_gemm, conv_geometry, conv_macs, conv_nd, conv_out_shape
+from nodes.matmul import matmul, matmul_gemm, matmul_shape
 from nodes.registry import register
-from nodes.spec import AttrSpec, NodeContext, OpError, OpSpec, Port, RunContext, Work
+from nodes.spec import AttrSpec, Gemm, NodeContext, OpError, OpSpec, Port, RunContext, Work
 from nodes.types import TensorType, np_dtype
 
 _SUB_BYTE_INTS = ("int4", "uint4", "int2", "uint2")
@@ -391,6 +391,10 @@ class _IntConvSpec(OpSpec):
     attrs = _CONV_ATTRS
     w_index = 1
 
+    def gemm(self, ctx: NodeContext) -> list[Gemm] | None:
+        """The GEMMs of the float Conv."""
+        return conv_gemm(ctx, 0, self.w_index)
+
     def work(self, ctx: NodeContext) -> Work:
         """MACs as for Conv."""
         w = super().work(ctx)
@@ -399,7 +403,14 @@ class _IntConvSpec(OpSpec):
 
 
 class _IntMatMulSpec(OpSpec):
-    """What MatMulInteger and QLinearMatMul share: MACs as for MatMul."""
+    """What MatMulInteger and QLinearMatMul share: MACs and GEMMs as for MatMul, with B at
+    input ``b_index``."""
+
+    b_index = 1
+
+    def gemm(self, ctx: NodeContext) -> list[Gemm] | None:
+        """The GEMMs of the float MatMul."""
+        return matmul_gemm(ctx, 0, self.b_index)
 
     def work(self, ctx: NodeContext) -> Work:
         """MACs as for MatMul."""
@@ -482,6 +493,7 @@ class QLinearMatMulSpec(_IntMatMulSpec):
     doc = "y = saturate(round((a - a_zp) @ (b - b_zp) * a_scale * b_scale / y_scale) + y_zp)."
     inputs = (Port("a"), Port("a_scale"), Port("a_zero_point"), Port("b"), Port("b_scale"),
               Port("b_zero_point"), Port("y_scale"), Port("y_zero_point"))
+    b_index = 3
 
     def infer(self, ctx: NodeContext) -> list[TensorType]:
         """MatMul shape with the type of y_zero_point."""

@@ -13,9 +13,8 @@ from typing import Any
 
 from engine.diagnostics import Diagnostic
 from engine.ir.clone import clone_graph
-from engine.ir.fused import describe
 from engine.ir.graph import Graph
-from engine.passes.base import Pass, PassManager, PassRecord, PipelineItem, Repeat, paused_gc
+from engine.passes.base import Pass, PassManager, PassRecord, PipelineItem, Repeat
 from engine.passes.eliminate import (
     EliminateCommonSubexpressions,
     EliminateDeadCode,
@@ -134,18 +133,17 @@ class OptimizeResult:
         out = []
         for n in self.graph.toposort():
             prov = n.meta.get("provenance")
-            if (prov and (len(prov) > 1 or prov != [n.name])) or n.meta.get("activation"):
+            if (prov and (len(prov) > 1 or prov != [n.name])) or n.activation:
                 entry: dict[str, Any] = {"node": n.name, "op_type": n.op_type, "from": list(prov or [n.name])}
-                if n.meta.get("activation"):
-                    entry["activation"] = describe(n.meta["activation"])
+                if n.activation:
+                    entry["activation"] = n.activation.describe()
                 out.append(entry)
         return out
 
     def report(self) -> dict[str, Any]:
         """The ``optimize --report`` document (CONTRACTS.md keys plus per-pass details)."""
         after = Counter(n.op_type for n in self.graph.nodes)
-        onnx_nodes = len(self.graph) + sum(2 if n.meta["activation"]["op_type"] == "SiLU" else 1
-                                           for n in self.graph.nodes if n.meta.get("activation"))
+        onnx_nodes = len(self.graph) + sum(n.activation.onnx_nodes for n in self.graph.nodes if n.activation)
         return {
             "nodes_before": self.nodes_before,
             "nodes_after": self.nodes_after,
@@ -169,13 +167,12 @@ def optimize(graph: Graph, options: OptimizeOptions | None = None, copy: bool = 
     if disable:
         o = OptimizeOptions(**{**o.__dict__, "disable": tuple(o.disable) + tuple(disable)})
     manager = PassManager(build_pipeline(o), disabled=o.disable, verify=o.verify, check_onnx=o.check_onnx)
-    with paused_gc():
-        g = clone_graph(graph) if copy else graph
-        before = len(g)
-        hist = Counter(n.op_type for n in g.nodes)
-        run = manager.run(g)
-        g = run.graph
-        finalize(g)
+    g = clone_graph(graph) if copy else graph
+    before = len(g)
+    hist = Counter(n.op_type for n in g.nodes)
+    run = manager.run(g)
+    g = run.graph
+    finalize(g)
     return OptimizeResult(g, run.trace, run.diagnostics, before, len(g), dict(hist))
 
 
@@ -188,7 +185,7 @@ def finalize(graph: Graph) -> None:
     if any(v is not None and v.type.dtype is None for n in graph.nodes for v in n.outputs):
         infer_shapes(graph)
     need = min_ir_version(graph.opset(""))
-    over = set(getattr(graph, "overridable", None) or ())
+    over = set(graph.overridable)
     if any(name not in over for name in graph.initializers):
         need = max(need, 4)
     if graph.ir_version < need:

@@ -97,8 +97,8 @@ def rename_value(graph: Graph, v: Value, name: str) -> None:
     if g.initializers.get(old) is v:
         del g.initializers[old]
         g.initializers[name] = v
-    over = getattr(g, "overridable", None)
-    if over and old in over:
+    over = g.overridable
+    if old in over:
         over[over.index(old)] = name
     g._touch()
 
@@ -114,7 +114,7 @@ def redirect_reason(old: Value, new: Value | None) -> str | None:
         return None
     if new.graph is not old.graph:
         return f"{new.name!r} belongs to an enclosing graph"
-    if new.is_graph_input or (new.graph is not None and new.name in getattr(new.graph, "overridable", ())):
+    if new.is_graph_input or (new.graph is not None and new.name in new.graph.overridable):
         return f"{new.name!r} is a graph input and {old.name!r} a graph output; a node must stay between them"
     if new.is_graph_output:
         return f"{new.name!r} and {old.name!r} are both graph outputs"

@@ -11,6 +11,7 @@ from engine.quant.analysis import QuantAnalysis, analyze
 from engine.quant.calibrate import Calibration, calibrate
 from engine.quant.config import QuantConfig
 from engine.quant.data import CalibrationSet
+from engine.quant.mixed import MixedPrecisionResult
 from engine.quant.qdq import QuantizedModel, build_qdq
 
 Progress = Callable[[str, int, int], None]
@@ -25,6 +26,8 @@ class QuantResult:
     model: QuantizedModel
     analysis: QuantAnalysis | None
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    mixed_precision: MixedPrecisionResult | None = None
+    """The search that chose the precisions, when the model was quantized to a target SQNR."""
 
     @property
     def graph(self) -> Graph:
@@ -48,7 +51,7 @@ class QuantResult:
             "precision": dict(sorted(self.model.node_precision.items())),
             "diagnostics": [d.to_json() for d in self.diagnostics + self.model.diagnostics],
         }
-        mp = getattr(self, "mixed_precision", None)
+        mp = self.mixed_precision
         if mp is not None:
             doc["mixed_precision"] = {"target_sqnr_db": mp.target_sqnr_db, "target_cosine": mp.target_cosine,
                                       "reached": mp.reached, "output_sqnr_db": round(mp.output_sqnr_db, 3),

@@ -168,7 +168,7 @@ def _mixed_precision(args: argparse.Namespace, graph: Graph, data: CalibrationSe
         out.info(f"warning: target not reached after {len(mp.steps)} raise(s); output SQNR {mp.output_sqnr_db:.2f} dB")
     final = quantize(graph, data, mp.config, analysis_samples=args.analysis_samples, calibration=result.calibration,
                      progress=progress)
-    final.mixed_precision = mp  # type: ignore[attr-defined]
+    final.mixed_precision = mp
     return final
 
 

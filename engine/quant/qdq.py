@@ -24,7 +24,7 @@ from engine.quant.calibrate import (
     is_float_activation,
     quantizable_nodes,
 )
-from engine.quant.config import QuantConfig
+from engine.quant.config import QuantConfig, quant_spec
 from engine.quant.observers import HistogramObserver
 from engine.quant.params import (
     FLOAT_PRECISIONS,
@@ -37,8 +37,6 @@ from engine.quant.params import (
 )
 from nodes.types import TensorType
 
-WEIGHT_INPUT = {"Conv": 1, "ConvTranspose": 1, "Gemm": 1, "MatMul": 1}
-BIAS_INPUT = {"Conv": 2, "ConvTranspose": 2, "Gemm": 2}
 CAST_TO = {"fp16": TensorProto.FLOAT16, "bf16": TensorProto.BFLOAT16}
 
 
@@ -62,18 +60,6 @@ class QuantizedModel:
             "biases": {k: v.to_json() for k, v in sorted(self.biases.items())},
             "precision": dict(sorted(self.node_precision.items())),
         }
-
-
-def weight_axis(node: Node) -> int:
-    """The output-channel axis of a node's weight tensor."""
-    if node.op_type == "ConvTranspose":
-        return 1
-    if node.op_type == "Gemm":
-        return 0 if node.attrs.get("transB", 0) else 1
-    if node.op_type == "MatMul":
-        w = node.inputs[1]
-        return (w.const.ndim - 1) if w is not None and w.const is not None else 1
-    return 0
 
 
 def activation_params(calib: Calibration, tensor: str, dtype: str, config: QuantConfig) -> QuantParams:
@@ -122,7 +108,7 @@ def refuse_activations(src: Graph, g: Graph) -> Graph:
     activations as separate, uncalibrated ops. ``src`` is at the fixed point of the
     fuse_activation pass, so running it again restores exactly its fusions.
     """
-    if any(n.meta.get("activation") for n in src.nodes):
+    if any(n.activation for n in src.nodes):
         from engine.passes.fuse_activation import activation_pass
 
         g = activation_pass().call(g).graph
@@ -182,7 +168,8 @@ class _Builder:
                 node.set_input(idx, self.cast_pair(w, precision))
             return None
         wdt = "int16" if precision == "int16" else "int8"
-        axis = weight_axis(node)
+        q = quant_spec(node)
+        axis = q.weight_axis(node) if q is not None and q.weight_axis is not None else 0
         qp = weight_params(w.const, wdt, True, self.config.per_channel and w.const.ndim >= 2, axis,
                            self.config.reduce_range)
         qw = self.const(f"{w.name}_quantized", quantize(w.const, qp))
@@ -197,7 +184,8 @@ class _Builder:
         return qp
 
     def bias(self, node: Node, in_qp: QuantParams | None, w_qp: QuantParams | None) -> None:
-        idx = BIAS_INPUT.get(node.op_type)
+        q = quant_spec(node)
+        idx = q.bias_input if q is not None else None
         b = node.input(idx) if idx is not None else None
         if b is None or b.const is None or in_qp is None or w_qp is None or b.const.ndim != 1:
             return
@@ -233,13 +221,14 @@ def build_qdq(graph: Graph, calib: Calibration, config: QuantConfig) -> Quantize
         res.node_precision[node.name] = precision
         params: dict[str, QuantParams] = {}
         in_qp: QuantParams | None = None
-        widx = WEIGHT_INPUT.get(node.op_type)
+        q = quant_spec(node)
+        widx = q.weight_input if q is not None else None
         for i, v in enumerate(node.inputs):
             if i == widx and v is not None and v.const is not None:
                 continue
-            if i == BIAS_INPUT.get(node.op_type) or not is_float_activation(v):
+            if (q is not None and i == q.bias_input) or not is_float_activation(v):
                 continue
-            if i > 0 and node.op_type in ("Clip", "Resize", "LayerNormalization"):
+            if q is not None and i in q.float_inputs:
                 continue  # bounds, scales/sizes and LayerNorm's gamma stay float
             if precision in FLOAT_PRECISIONS:
                 if precision != "fp32":
@@ -278,6 +267,6 @@ def build_qdq(graph: Graph, calib: Calibration, config: QuantConfig) -> Quantize
                 user.set_input(idx, dq)
     # Float weights replaced by their quantized copies are dropped.
     for name, v in list(g.initializers.items()):
-        if not v.uses() and not v.is_graph_output and name not in getattr(g, "overridable", ()):
+        if not v.uses() and not v.is_graph_output and name not in g.overridable:
             g.remove_initializer(name)
     return res

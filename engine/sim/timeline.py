@@ -20,8 +20,8 @@ from engine.diagnostics import Diagnostic
 from engine.errors import InputError
 from engine.hw.cost_model import CostModel, OpCost, plan_residency
 from engine.hw.target import HardwareTarget, resolve_target
+from engine.ir.fused import FusedActivation
 from engine.ir.graph import Graph, Value
-from engine.passes.base import paused_gc
 from engine.place.partition import Placement, Transfer, place
 from engine.place.support import GraphFacts
 
@@ -68,7 +68,7 @@ class OpRecord:
     start_us: float
     cost: OpCost
     fallback_reason: str | None
-    activation: str | None = None
+    activation: FusedActivation | None = None
     provenance: list[str] | None = None
     transfer_wait_us: float = 0.0
 
@@ -169,7 +169,7 @@ class SimResult:
                 rec["folds"] = c.folds
                 rec["utilization"] = round(c.utilization, 4)
             if o.activation:
-                rec["activation"] = o.activation
+                rec["activation"] = o.activation.to_json()
             if o.provenance:
                 rec["provenance"] = o.provenance
             ops.append(rec)
@@ -288,7 +288,7 @@ def _timeline(pl: Placement, costs: dict[str, OpCost], cm: CostModel) -> tuple[l
         meta = f.node.meta
         prov = meta.get("provenance")
         records.append(OpRecord(name, f.node.op_type, dev, part, end - cost.latency_us, cost, reason,
-                                meta.get("activation"), list(prov) if prov else None, wait))
+                                f.node.activation, list(prov) if prov else None, wait))
     latency = max((e.end_us for e in lanes.events), default=0.0)
     for v in facts.graph.outputs:
         p = v.producer()
@@ -358,7 +358,7 @@ def _stages(records: list[OpRecord], lanes: _Lanes, host: dict[str, Any], pl: Pl
 # -- facade --------------------------------------------------------------------------------------
 def require_static_inputs(graph: Graph) -> None:
     """Raise InputError naming the first graph input dimension that is not a fixed size."""
-    where = getattr(graph, "source_path", None) or graph.name
+    where = graph.source_path or graph.name
     for v in graph.inputs:
         if v.name in graph.initializers or v.type.shape is None:
             continue
@@ -380,8 +380,7 @@ def simulate(graph: Graph, target: HardwareTarget | str, options: SimOptions | N
     options = options or SimOptions()
     tgt = resolve_target(target)
     require_static_inputs(graph)
-    with paused_gc():  # the IR is a large cyclic heap: see engine.passes.base.paused_gc
-        return _simulate(graph, tgt, options, placement)
+    return _simulate(graph, tgt, options, placement)
 
 
 def _simulate(graph: Graph, tgt: HardwareTarget, options: SimOptions, placement: Placement | None) -> SimResult:
@@ -412,6 +411,6 @@ def _simulate(graph: Graph, tgt: HardwareTarget, options: SimOptions, placement:
     host = _host_stages(graph, facts, tgt, options.host)
     stages = _stages(records, lanes, host, pl)
     e2e = host["decode"] + host["preprocess"] + latency + host["postprocess"]
-    diags = list(getattr(graph, "diagnostics", []) or []) + pl.diagnostics
+    diags = list(graph.diagnostics) + pl.diagnostics
     return SimResult(tgt, graph.name, pl, records, lanes.events, transfers, stages, latency, e2e,
                      {k: v for k, v in host.items() if isinstance(v, float)}, diags)

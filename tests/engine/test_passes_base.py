@@ -7,6 +7,7 @@ import pytest
 
 import engine
 from engine.ir.clone import Checkpoint, clone_graph
+from engine.ir.fused import FusedActivation
 from engine.ir.graph import Graph, Node, Value
 from engine.ir.verify import verify
 from engine.passes.base import Pass, PassManager, PassResult, Repeat
@@ -175,7 +176,7 @@ def test_patterns_match_commutatively_and_bind_shared_values():
 
 def test_executor_applies_fused_activation_meta():
     g = load(model("agraph (float[4] x) => (float[4] y) { y = Neg (x) }"))
-    g.nodes[0].meta["activation"] = {"op_type": "Relu", "attrs": {}, "names": ["r"]}
+    g.nodes[0].activation = FusedActivation("Relu", names=("r",))
     g._touch()
     out = engine.execute(g, {"x": np.array([-1, 2, -3, 4], np.float32)})["y"]
     np.testing.assert_array_equal(out, [1, 0, 3, 0])
