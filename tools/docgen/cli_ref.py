@@ -139,7 +139,7 @@ def _options_table(parser: argparse.ArgumentParser) -> list[str]:
             meaning += " (required)"
         if action.option_strings and action.nargs is None and isinstance(action, argparse._AppendAction):
             meaning += " (repeatable)" if "repeatable" not in meaning else ""
-        rows.append(f"| {arg} | {_default(action)} | {_cell(meaning) or '-'} |")
+        rows.append(f"| {arg.replace('|', chr(92) + '|')} | {_default(action)} | {_cell(meaning) or '-'} |")
     return rows
 
 
