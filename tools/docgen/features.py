@@ -136,6 +136,9 @@ def editor_shortcuts(page: Any) -> str:
         try:
             rows = shortcut_rows(window)
         finally:
+            analysis = getattr(window, "analysis", None)  # its worker threads, as the screenshot path does
+            if analysis is not None:
+                analysis.controller.shutdown()
             window.close()
             window.deleteLater()
             app.processEvents()
