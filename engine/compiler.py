@@ -136,6 +136,7 @@ def compile_model(graph: Graph, target: Any, calibration: CalibrationSet | None 
         try:
             result.quant = quantize(optimized, data, quant, analysis_samples=options.analysis_samples,
                                     progress=step, cancel=cancel)
+            result.diagnostics.extend(result.quant.diagnostics)
         except ValueError as exc:
             if "nothing to quantize" not in str(exc):
                 raise

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from nodes._util import prod
+from nodes._util import prod, static_dims
 from nodes.registry import register
 from nodes.rules import WINDOW_RULES
 from nodes.spec import (
@@ -259,13 +259,6 @@ def conv_macs(shape: Sequence[Dim] | None, w_shape: Sequence[Dim] | None) -> int
 
 IM2COL_CHUNK_BYTES = 32 << 20
 """Largest im2col buffer built at once; bigger convolutions are computed in bands of output rows."""
-
-
-def static_dims(shape: Sequence[Dim] | None) -> list[int] | None:
-    """The shape as ints, or None when it is unknown or has a symbolic dimension."""
-    if shape is None or not all(isinstance(d, int) for d in shape):
-        return None
-    return [int(d) for d in shape]
 
 
 def conv_gemm(ctx: NodeContext, x_index: int = 0, w_index: int = 1, transposed: bool = False) -> list[Gemm] | None:

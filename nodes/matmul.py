@@ -5,7 +5,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from nodes._util import broadcast_shapes, prod
+from nodes._util import broadcast_shapes, prod, static_dims
 from nodes.registry import register
 from nodes.spec import (
     AttrSpec,
@@ -46,16 +46,10 @@ def matmul_shape(a: tuple[Dim, ...] | None, b: tuple[Dim, ...] | None) -> tuple[
     return tuple(out)
 
 
-def _static(shape: tuple[Dim, ...] | None) -> list[int] | None:
-    if shape is None or not all(isinstance(d, int) for d in shape):
-        return None
-    return [int(d) for d in shape]
-
-
 def matmul_gemm(ctx: NodeContext, a_index: int = 0, b_index: int = 1) -> list[Gemm] | None:
     """numpy-matmul operands as GEMMs: a shared weight matrix folds A's batch dims into M, a
     batched B makes one GEMM per broadcast batch element."""
-    a, b = _static(ctx.shape(a_index)), _static(ctx.shape(b_index))
+    a, b = static_dims(ctx.shape(a_index)), static_dims(ctx.shape(b_index))
     if a is None or b is None or not a or not b:
         return None
     a2 = [1, *a] if len(a) == 1 else a
@@ -192,7 +186,7 @@ class GemmSpec(OpSpec):
 
     def gemm(self, ctx: NodeContext) -> list[Gemm] | None:
         """op(A) (M x K) @ op(B) (K x N)."""
-        a, b = _static(ctx.shape(0)), _static(ctx.shape(1))
+        a, b = static_dims(ctx.shape(0)), static_dims(ctx.shape(1))
         if a is None or b is None or len(a) != 2 or len(b) != 2:
             return None
         m, k = (a[1], a[0]) if ctx.attrs.get("transA") else (a[0], a[1])

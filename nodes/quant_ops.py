@@ -122,7 +122,7 @@ def _clip_inplace(q: np.ndarray, lo: float, hi: float) -> np.ndarray:
     return q
 
 
-def quantize(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None, out_dtype: np.dtype,
+def quantize_linear(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None, out_dtype: np.dtype,
              axis: int = 1, block_size: int = 0, saturate: bool = True,
              precision: np.dtype | None = None) -> np.ndarray:
     """y = saturate(round_half_even(x / scale) + zero_point) in ``out_dtype`` (ONNX QuantizeLinear)."""
@@ -144,7 +144,7 @@ def quantize(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None, ou
     return saturate_cast(q, out_dtype, saturate)
 
 
-def dequantize(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None, out_dtype: np.dtype,
+def dequantize_linear(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None, out_dtype: np.dtype,
                axis: int = 1, block_size: int = 0) -> np.ndarray:
     """y = (x - zero_point) * scale; the subtraction is exact, the product runs in ``out_dtype``."""
     out_dtype = np.dtype(out_dtype)
@@ -223,7 +223,7 @@ class QuantizeLinearSpec(OpSpec):
         """Exact quantization (round half to even, saturation)."""
         a = ctx.attrs
         out = self._out_dtype(zp.dtype if zp is not None else None, a, zp is not None)
-        return quantize(x, scale, zp, out, axis=int(a["axis"]), block_size=int(a["block_size"]),
+        return quantize_linear(x, scale, zp, out, axis=int(a["axis"]), block_size=int(a["block_size"]),
                         saturate=bool(a["saturate"]), precision=_dtype_attr(a.get("precision", 0)))
 
 
@@ -255,7 +255,7 @@ class DequantizeLinearSpec(OpSpec):
         """Exact integer subtraction, then one multiply in the output precision."""
         a = ctx.attrs
         out = self._out_dtype(scale.dtype, a)
-        return dequantize(x, scale, zp, out, axis=int(a["axis"]), block_size=int(a["block_size"]))
+        return dequantize_linear(x, scale, zp, out, axis=int(a["axis"]), block_size=int(a["block_size"]))
 
 
 @register("DynamicQuantizeLinear", since=11)
@@ -284,7 +284,7 @@ class DynamicQuantizeLinearSpec(OpSpec):
             return np.zeros(x.shape, np.uint8), np.asarray(scale), np.asarray(zp)
         zp_f = np.clip(np.rint(np.float32(0) - lo / scale), 0, 255)
         zp = np.asarray(zp_f).astype(np.uint8)
-        y = quantize(xf, np.asarray(scale), zp, np.dtype(np.uint8))
+        y = quantize_linear(xf, np.asarray(scale), zp, np.dtype(np.uint8))
         return y, np.asarray(scale), zp
 
 

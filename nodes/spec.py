@@ -100,11 +100,6 @@ class Work:
     bytes_written: int = 0
     weight_bytes: int = 0
 
-    @property
-    def bytes_total(self) -> int:
-        """Bytes read plus bytes written."""
-        return self.bytes_read + self.bytes_written
-
 
 class NodeContext:
     """What inference, work and support rules see of one node."""

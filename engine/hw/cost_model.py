@@ -89,10 +89,6 @@ class OpCost:
         """max(compute, memory) + overhead."""
         return max(self.compute_us, self.memory_us) + self.overhead_us
 
-    def at_clock(self, ratio: float) -> float:
-        """Latency with the NPU clock at ``ratio`` of peak (memory time is not clocked)."""
-        return max(self.compute_us / ratio, self.memory_us) + self.overhead_us
-
 
 def bound_of(compute: float, memory: float, overhead: float) -> str:
     """Which of the three terms is largest (ties favour compute, then memory)."""

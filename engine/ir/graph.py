@@ -66,11 +66,6 @@ class Value:
         return list(seen.values())
 
     @property
-    def is_initializer(self) -> bool:
-        """True for a constant without a producer (an ONNX initializer)."""
-        return self.const is not None and self._producer is None
-
-    @property
     def is_graph_output(self) -> bool:
         """True when some graph lists this value among its outputs."""
         g = self.graph
@@ -407,10 +402,6 @@ class Graph:
         value.graph = self
         self.values[value.name] = value
         return value
-
-    def make_value(self, name: str, type: TensorType | None = None) -> Value:
-        """Create and register a fresh value with a unique name derived from ``name``."""
-        return self.add_value(Value(self.unique_name(name), type))
 
     def add_input(self, value: Value) -> Value:
         """Append a graph input."""

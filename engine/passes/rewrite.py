@@ -60,24 +60,6 @@ def is_scalar_close(arr: np.ndarray | None, target: float, rtol: float = 1e-3) -
     return abs(x - target) <= rtol * max(abs(target), 1e-12)
 
 
-def single_reader(v: Value) -> Node | None:
-    """The only node reading ``v`` (reading it once), when ``v`` is not a graph output."""
-    if v.is_graph_output:
-        return None
-    uses = v.uses()
-    return uses[0][0] if len(uses) == 1 else None
-
-
-def other_reader(v: Value, allowed: Iterable[Node]) -> str | None:
-    """A description of a reader of ``v`` outside ``allowed`` (or a graph-output use), else None."""
-    ids = {id(n) for n in allowed}
-    if v.is_graph_output:
-        return f"{v.name!r} is a graph output"
-    for n, _ in v.uses():
-        if id(n) not in ids:
-            return f"{v.name!r} is also read by {n.name!r} ({n.op_type})"
-    return None
-
 
 def add_constant(graph: Graph, base: str, array: np.ndarray) -> Value:
     """A new initializer named after ``base`` (made unique)."""

@@ -20,9 +20,9 @@ from engine.quant.config import quant_spec
 from engine.quant.data import CalibrationSet
 from engine.quant.params import (
     FLOAT_PRECISIONS,
-    dequantize,
+    dequantize_array,
     fake_quantize,
-    quantize,
+    quantize_array,
     round_to_precision,
 )
 from engine.quant.qdq import QuantizedModel
@@ -141,7 +141,7 @@ def _isolated_output(qm: QuantizedModel, fp_graph: Graph, node_name: str, env: d
             x = fake_quantize(x, qm.weights[v.name])
         elif i == b_in and v.name in qm.biases:
             bqp = qm.biases[v.name]
-            x = dequantize(quantize(x, bqp), bqp)
+            x = dequantize_array(quantize_array(x, bqp), bqp)
         args.append(x)
     res = spec.reference(RunContext(node, spec.resolve_attrs(node), fp_graph.opset(spec.domain)), *args)
     out = res if isinstance(res, np.ndarray) else np.asarray(next(iter(res)))

@@ -137,6 +137,9 @@ def cmd_quantize(args: argparse.Namespace, out: Out) -> int:
     if worst:
         out.line("worst layers: " + ", ".join(f"{r['node']} ({r['sqnr_db']:.1f} dB)" for r in worst))
     out.line(f"wrote {args.output} ({len(result.model.node_precision)} layers quantized, {report['samples']} samples)")
+    for d in result.diagnostics:
+        if d.code == "low-sqnr":
+            out.info(f"warning: {d.message}")
     return EXIT_OK
 
 

@@ -75,10 +75,6 @@ class QuantConfig:
         """A copy with one node's precision changed."""
         return replace(self, precision={**self.precision, node_name: precision})
 
-    def with_method(self, tensor: str, method: str) -> QuantConfig:
-        """A copy with one tensor's calibration method changed."""
-        return replace(self, method_overrides={**self.method_overrides, tensor: method})
-
     def to_json(self) -> dict:
         """JSON-ready summary."""
         return {"method": self.method, "per_channel": self.per_channel, "symmetric": self.symmetric,

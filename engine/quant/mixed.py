@@ -48,24 +48,29 @@ class MixedPrecisionResult:
     output_cosine: float = 0.0
     target_sqnr_db: float | None = None
     target_cosine: float | None = None
-    start_sqnr_db: float = 0.0  # the output SQNR before any raise
-    base_latency_us: float | None = None  # simulated latency of the all-int8 model (set by the caller)
+    start_sqnr_db: float = 0.0
+    base_latency_us: float | None = None  # the simulated latency of the model before any raise
 
-    def raised(self) -> list[dict]:
-        """The CONTRACTS.md rows: node, from, to, latency_us_delta, db_gain (one per raise)."""
-        rows, prev = [], self.start_sqnr_db
+    def to_json(self) -> dict:
+        """The quantize report's ``mixed_precision`` document (CONTRACTS.md): each raise with the
+        precision it came from and went to, its latency cost and the output dB it bought."""
+        raised, prev = [], self.start_sqnr_db
         for st in self.steps:
-            rows.append({"node": st["node"], "from": st.get("from"), "to": st["precision"],
-                         "latency_us_delta": st["latency_cost_us"], "db_gain": round(st["output_sqnr_db"] - prev, 3)})
+            delta = st["latency_cost_us"]
+            raised.append({"node": st["node"], "from": st["from"], "to": st["precision"],
+                           "latency_us_delta": None if delta is None else round(delta, 3),
+                           "db_gain": round(st["output_sqnr_db"] - prev, 3),
+                           "output_sqnr_db": st["output_sqnr_db"], "output_cosine": st["output_cosine"]})
             prev = st["output_sqnr_db"]
-        return rows
-
-    def latency_us(self) -> dict[str, float | None]:
-        """Simulated latency before (all int8) and after the raises, when a target priced them."""
-        if self.base_latency_us is None:
-            return {"int8": None, "final": None}
-        extra = sum(st["latency_cost_us"] or 0.0 for st in self.steps)
-        return {"int8": round(self.base_latency_us, 3), "final": round(self.base_latency_us + extra, 3)}
+        latency = None
+        if self.base_latency_us is not None:
+            extra = sum(st["latency_cost_us"] or 0.0 for st in self.steps)
+            latency = {"int8": round(self.base_latency_us, 3),  # the model before any raise
+                       "final": round(self.base_latency_us + extra, 3)}
+        return {"target_sqnr_db": self.target_sqnr_db, "target_cosine": self.target_cosine,
+                "reached": self.reached, "output_sqnr_db": round(self.output_sqnr_db, 3),
+                "output_cosine": round(self.output_cosine, 6), "start_sqnr_db": round(self.start_sqnr_db, 3),
+                "raised": raised, "latency_us": latency}
 
 
 def _worst(outputs: dict[str, ErrorStats]) -> tuple[float, float]:
@@ -78,17 +83,6 @@ def output_quality(graph: Graph, data: CalibrationSet, config: QuantConfig, cali
     qm = build_qdq(graph, calibration, config)
     return _worst(analyze(graph, qm, data, samples, outputs_only=True).outputs)
 
-
-def candidate_gains(graph: Graph, data: CalibrationSet, config: QuantConfig, calibration: Calibration,
-                    nodes: list[str], precision: str = "int16", samples: int = 8,
-                    latency_cost: LatencyCost | None = None) -> list[Candidate]:
-    """For each node, the output SQNR gained by raising it alone to ``precision``."""
-    base, _ = output_quality(graph, data, config, calibration, samples)
-    out = []
-    for n in nodes:
-        sq, _ = output_quality(graph, data, config.with_precision(n, precision), calibration, samples)
-        out.append(Candidate(n, precision, sq - base, latency_cost(n, precision) if latency_cost else None))
-    return out
 
 
 def auto_mixed_precision(graph: Graph, data: CalibrationSet, config: QuantConfig, calibration: Calibration,
@@ -103,16 +97,15 @@ def auto_mixed_precision(graph: Graph, data: CalibrationSet, config: QuantConfig
         return (target_sqnr_db is None or sq >= target_sqnr_db) and (target_cosine is None or cos >= target_cosine)
 
     sq, cos = output_quality(graph, data, config, calibration, samples)
-    result = MixedPrecisionResult(config, [], ok(sq, cos), sq, cos, target_sqnr_db=target_sqnr_db,
-                                  target_cosine=target_cosine, start_sqnr_db=round(sq, 3))
+    result = MixedPrecisionResult(config, [], ok(sq, cos), sq, cos, target_sqnr_db, target_cosine, sq)
     limit = len(ranking) if max_raises is None else min(max_raises, len(ranking))
     for node in ranking[:limit]:
         if result.reached:
             break
-        before = config.precision.get(node, config.dtype)
+        start = config.node_precision(node)
         config = config.with_precision(node, precision)
         sq, cos = output_quality(graph, data, config, calibration, samples)
-        result.steps.append({"node": node, "from": before, "precision": precision, "output_sqnr_db": round(sq, 3),
+        result.steps.append({"node": node, "from": start, "precision": precision, "output_sqnr_db": round(sq, 3),
                              "output_cosine": round(cos, 6),
                              "latency_cost_us": latency_cost(node, precision) if latency_cost else None})
         result.config, result.output_sqnr_db, result.output_cosine = config, sq, cos

@@ -31,7 +31,7 @@ from engine.quant.params import (
     QuantParams,
     bias_params,
     params_from_range,
-    quantize,
+    quantize_array,
     type_limits,
     weight_params,
 )
@@ -78,7 +78,7 @@ def activation_params(calib: Calibration, tensor: str, dtype: str, config: Quant
     return params_from_range(lo, hi, dtype, symmetric)
 
 
-def ensure_opset(graph: Graph, version: int) -> tuple[Graph, list[Diagnostic]]:
+def converted_to_opset(graph: Graph, version: int) -> tuple[Graph, list[Diagnostic]]:
     """The graph at default-domain opset >= ``version`` (onnx's version converter when raising)."""
     if graph.opset("") >= version:
         return graph, []
@@ -172,7 +172,7 @@ class _Builder:
         axis = q.weight_axis(node) if q is not None and q.weight_axis is not None else 0
         qp = weight_params(w.const, wdt, True, self.config.per_channel and w.const.ndim >= 2, axis,
                            self.config.reduce_range)
-        qw = self.const(f"{w.name}_quantized", quantize(w.const, qp))
+        qw = self.const(f"{w.name}_quantized", quantize_array(w.const, qp))
         scale = self.const(f"{w.name}_scale", np.asarray(qp.scale, np.float32))
         zp = self.const(f"{w.name}_zero_point", np.asarray(qp.zero_point))
         attrs = {"axis": axis} if qp.per_channel else {}
@@ -209,7 +209,7 @@ class _Builder:
 def build_qdq(graph: Graph, calib: Calibration, config: QuantConfig) -> QuantizedModel:
     """The QDQ model of ``graph`` (the input graph is not modified)."""
     needs_int16 = config.dtype == "int16" or "int16" in config.precision.values()
-    g, diags = ensure_opset(clone_graph(graph), 21 if needs_int16 else 13)
+    g, diags = converted_to_opset(clone_graph(graph), 21 if needs_int16 else 13)
     res = QuantizedModel(g, diagnostics=list(diags))
     b = _Builder(g, calib, config, res)
     nodes = quantizable_nodes(g, config)
