@@ -147,6 +147,8 @@ def compile_model(graph: Graph, target: Any, calibration: CalibrationSet | None 
             INFO, None, "float-target", f"target {target.name!r} runs {target.npu.precision}: no QDQ model"))
 
     step("simulate", 0, 1)
-    result.sim = simulate(optimized, target, SimOptions(pins=dict(options.pins) or None))
+    # The quantized model's per-node precisions (int16 raises, float layers) price each op.
+    precisions = dict(result.quant.model.node_precision) if result.quant is not None else None
+    result.sim = simulate(optimized, target, SimOptions(pins=dict(options.pins) or None, precisions=precisions))
     step("simulate", 1, 1)
     return result

@@ -156,8 +156,9 @@ class CostModel:
                 c, fo = fold_cycles(s.m, s.k, s.n, npu.rows, npu.cols, npu.dataflow)
                 cycles += c * s.repeats
                 folds += fo * s.repeats
-            cycles = math.ceil(cycles / npu.rate)
-            util = f.work.macs / (cycles * npu.macs_per_cycle) if cycles else 0.0
+            macs_per_cycle = npu.precisions.get(f.precision, npu.macs_per_cycle) if f.precision else npu.macs_per_cycle
+            cycles = math.ceil(cycles / (macs_per_cycle / (npu.rows * npu.cols)))
+            util = f.work.macs / (cycles * macs_per_cycle) if cycles else 0.0
             return cycles, folds, min(1.0, util)
         ops = f.work.macs + f.work.elem_ops
         return math.ceil(ops / npu.vector_ops_per_cycle), 0, 0.0

@@ -62,6 +62,45 @@ class QuantizedModel:
         }
 
 
+_INT_PRECISION = {"int8": "int8", "uint8": "uint8", "int16": "int16", "uint16": "int16"}
+
+
+def read_precisions(graph: Graph) -> dict[str, str]:
+    """The precision each quantizable node of a QDQ model computes in, read from the graph: the
+    integer type of the DequantizeLinear feeding its data inputs (the widest wins), fp16/bf16
+    when they come through a Cast pair, its producer's when it reads a quantized op's output
+    directly (an epilogue such as Relu after Conv), fp32 when they are plain float. Empty for a model with
+    no QuantizeLinear/DequantizeLinear (nothing to read: it is not a QDQ model)."""
+    if not any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in graph.nodes):
+        return {}
+    out: dict[str, str] = {}
+    for node in graph.toposort():
+        q = quant_spec(node)
+        if q is None:
+            continue
+        found: list[str] = []
+        for i, v in enumerate(node.inputs):
+            if v is None or i == q.bias_input or i in q.float_inputs:
+                continue
+            p = v.producer()
+            if p is None and v.const is not None:
+                continue  # a float constant (a weight left in float is judged by the activations)
+            if p is not None and p.name in out:
+                found.append(out[p.name])  # an epilogue (Relu after Conv) runs in its producer
+            elif p is not None and p.op_type == "DequantizeLinear" and p.inputs and p.inputs[0] is not None:
+                dt = p.inputs[0].type.dtype
+                found.append(_INT_PRECISION.get(np.dtype(dt).name, "int8") if dt is not None else "int8")
+            elif p is not None and p.op_type == "Cast" and p.inputs and p.inputs[0] is not None \
+                    and p.inputs[0].type.dtype is not None and np.dtype(p.inputs[0].type.dtype).name in ("float16", "bfloat16"):
+                found.append("fp16" if np.dtype(p.inputs[0].type.dtype).name == "float16" else "bf16")
+            else:
+                found.append("fp32")
+        if found:
+            order = ["int8", "uint8", "int16", "fp16", "bf16", "fp32"]
+            out[node.name] = max(found, key=order.index) if "fp32" not in found else "fp32"
+    return out
+
+
 def activation_params(calib: Calibration, tensor: str, dtype: str, config: QuantConfig) -> QuantParams:
     """Parameters of an activation tensor from its calibration statistics."""
     obs = calib.stats.get(tensor)

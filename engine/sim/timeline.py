@@ -55,6 +55,9 @@ class SimOptions:
     move_islands: bool = True
     suggest: bool = True
     host: HostPipeline = field(default_factory=HostPipeline)
+    # Precision of single nodes (a mixed-precision model); None reads them from a QDQ graph's
+    # Q/DQ types, and every other node computes in the target's precision.
+    precisions: dict[str, str] | None = None
 
 
 @dataclass
@@ -71,6 +74,7 @@ class OpRecord:
     activation: FusedActivation | None = None
     provenance: list[str] | None = None
     transfer_wait_us: float = 0.0
+    precision: str = ""  # what the op computes in (on the CPU: float)
 
     @property
     def bound(self) -> str:
@@ -163,6 +167,7 @@ class SimResult:
             c = o.cost
             rec = {"node": o.node, "op_type": o.op_type, "device": o.device, "start_us": _r(o.start_us),
                    "latency_us": _r(o.latency_us), "bound": o.bound, "fallback_reason": o.fallback_reason,
+                   "precision": o.precision,
                    "partition": o.partition, "compute_us": _r(c.compute_us), "memory_us": _r(c.memory_us),
                    "overhead_us": _r(c.overhead_us), "macs": c.macs, "dram_bytes": c.dram_bytes}
             if c.folds:
@@ -288,7 +293,8 @@ def _timeline(pl: Placement, costs: dict[str, OpCost], cm: CostModel) -> tuple[l
         meta = f.node.meta
         prov = meta.get("provenance")
         records.append(OpRecord(name, f.node.op_type, dev, part, end - cost.latency_us, cost, reason,
-                                f.node.activation, list(prov) if prov else None, wait))
+                                f.node.activation, list(prov) if prov else None, wait,
+                                f.precision if dev == "npu" else "fp32"))
     latency = max((e.end_us for e in lanes.events), default=0.0)
     for v in facts.graph.outputs:
         p = v.producer()
@@ -384,8 +390,13 @@ def simulate(graph: Graph, target: HardwareTarget | str, options: SimOptions | N
 
 
 def _simulate(graph: Graph, tgt: HardwareTarget, options: SimOptions, placement: Placement | None) -> SimResult:
-    pl = placement or place(graph, tgt, pins=options.pins, move_islands=options.move_islands,
-                            suggest=options.suggest)
+    if placement is None:
+        from engine.quant.qdq import read_precisions
+
+        precisions = options.precisions if options.precisions is not None else read_precisions(graph)
+        placement = place(graph, tgt, pins=options.pins, move_islands=options.move_islands,
+                          suggest=options.suggest, precisions=precisions)
+    pl = placement
     cm = CostModel(tgt)
     facts = pl.facts
     resident = plan_residency(pl.order, pl.device, pl.partition_of, facts,
