@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QUrl
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtCore import Qt, QUrl
+from PySide6.QtGui import QAction, QImage, QKeySequence, QTextDocument
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
@@ -91,6 +91,22 @@ class ShortcutsDialog(QDialog):
         self.resize(520, 480)
 
 
+class DocsBrowser(QTextBrowser):
+    """A QTextBrowser that scales the pages' screenshots down to the width it has."""
+
+    max_image_width = 860
+
+    def loadResource(self, kind: int, url: QUrl):  # Qt override
+        """Images are read from disk (relative to the page) and scaled to ``max_image_width``."""
+        data = super().loadResource(kind, url)
+        if kind == QTextDocument.ResourceType.ImageResource.value and data is not None:
+            image = data if isinstance(data, QImage) else QImage.fromData(data)
+            if not image.isNull() and image.width() > self.max_image_width:
+                return image.scaledToWidth(self.max_image_width, Qt.TransformationMode.SmoothTransformation)
+            return image
+        return data
+
+
 class HelpViewer(QDialog):
     """The Markdown pages of docs/ with back, forward and contents; links between pages work."""
 
@@ -98,7 +114,7 @@ class HelpViewer(QDialog):
         super().__init__(parent)
         self.setWindowTitle("NPU Studio Help")
         self.docs = docs
-        self.browser = QTextBrowser(self)
+        self.browser = DocsBrowser(self)
         self.browser.setOpenExternalLinks(False)
         self.browser.setOpenLinks(True)
         self.browser.setSearchPaths([str(docs)])

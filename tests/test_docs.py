@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 SCHEMAS = DOCS / "schemas"
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
-MARKED_JSON = re.compile(r"<!-- schema: (?P<schema>[\w./-]+) -->\n```json\n(?P<body>.*?)\n```", re.S)
+MARKED_JSON = re.compile(r"<!-- schema: (?P<schema>[\w./-]+)(?: keys=(?P<keys>[\w,]+))? -->\n```json\n(?P<body>.*?)\n```",
+                         re.S)
 ANY_JSON = re.compile(r"^```json\n", re.M)
 
 
@@ -31,9 +32,12 @@ def _markdown_files() -> list[Path]:
     return [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
 
 
-def _validator(name: str):
+def _validator(name: str, keys: list[str] | None = None):
+    """The schema's validator; with ``keys`` (an excerpt) only those top-level keys are required."""
     schema = json.loads((DOCS / name).read_text(encoding="utf-8"))
     jsonschema.Draft202012Validator.check_schema(schema)
+    if keys is not None:
+        schema = {**schema, "required": [k for k in schema.get("required", []) if k in keys]}
     return jsonschema.Draft202012Validator(schema)
 
 
@@ -113,7 +117,11 @@ def test_every_json_example_in_the_docs_validates_against_its_schema():
         assert len(marked) == len(ANY_JSON.findall(text)), f"{md}: a ```json block without a schema marker"
         for m in marked:
             doc = json.loads(m.group("body"))
-            errors = [f"{'/'.join(map(str, e.path))}: {e.message}" for e in _validator(m.group("schema")).iter_errors(doc)]
+            keys = m.group("keys").split(",") if m.group("keys") else None
+            if keys is not None:
+                assert sorted(doc) == sorted(keys), f"{md}: excerpt of {keys} shows {sorted(doc)}"
+            validator = _validator(m.group("schema"), keys)
+            errors = [f"{'/'.join(map(str, e.path))}: {e.message}" for e in validator.iter_errors(doc)]
             assert not errors, f"{md.relative_to(ROOT)} example of {m.group('schema')}: {errors[:3]}"
             checked += 1
     assert checked >= 10

@@ -43,6 +43,10 @@ def test_guide_entry_opens_the_int8_guide_and_its_links_lead_to_other_pages(wind
     browser = window.help_viewer.browser
     assert browser.source().fileName() == "why-did-int8-break.md"
     assert "accumulated" in browser.toPlainText() and "isolated" in browser.toPlainText()
+    from PySide6.QtGui import QTextDocument
+
+    shot = browser.loadResource(QTextDocument.ResourceType.ImageResource.value, QUrl("../img/int8-digits-phone-npu.png"))
+    assert not shot.isNull() and 0 < shot.width() <= browser.max_image_width, "the guide's screenshot loads offline"
     browser.setSource(QUrl("../formats.md"))  # a relative link as the page writes it
     assert browser.source().fileName() == "formats.md"
     assert "simulate --json" in browser.toPlainText()

@@ -10,7 +10,8 @@ Slot kinds (the text after the kind is its argument):
 
 ``run CMD``            the command line and its stdout/stderr, as a terminal shows them
 ``json SCHEMA CMD``    the command's ``--json`` document (lists cut to 3 entries), marked with
-                       the schema in docs/schemas/ that tests/test_docs.py validates it with
+                       the schema in docs/schemas/ that tests/test_docs.py validates it with;
+                       ``SCHEMA:KEY,KEY`` shows (and validates) only those top-level keys
 ``file SCHEMA PATH``   a file an earlier command of the page wrote (``-`` for no schema)
 ``layers PATH``        the per-layer table of a quantize report an earlier command wrote
 ``python-output``      what the ```python blocks since the previous such slot printed
@@ -73,10 +74,19 @@ def slot_run(page: Page, arg: str) -> str:
 
 
 def slot_json(page: Page, arg: str) -> str:
+    """``json SCHEMA CMD``; ``json SCHEMA:KEY,KEY CMD`` shows only those top-level keys."""
     schema, command = arg.split(" ", 1)
+    schema, _, keys = schema.partition(":")
     result = page.run(command)
     doc = zero_timings(json.loads(result.stdout))
-    return f"```text\n$ {command}\n```\n\n" + json_block(shorten(doc, ITEMS), f"schemas/{schema}.json")
+    if keys:
+        wanted = keys.split(",")
+        missing = [k for k in wanted if k not in doc]
+        if missing:
+            raise PageError(f"{page.name}: `{command}` printed no {', '.join(missing)}")
+        doc = {k: doc[k] for k in wanted}
+    marker = f"schemas/{schema}.json" + (f" keys={keys}" if keys else "")
+    return f"```text\n$ {command}\n```\n\n" + json_block(shorten(doc, ITEMS), marker)
 
 
 def slot_file(page: Page, arg: str) -> str:
