@@ -16,8 +16,9 @@ HEADER = """# Command line reference
      change the parser and regenerate (tests/test_docs.py fails when this page is stale). -->
 
 `npu-studio` (or `python -m engine`, the same program) drives the engine the editor uses.
-Run without arguments it opens the editor on the bundled demo model; an argument that starts
-with `-` and is not a command is given to `gui`.
+Run without arguments it opens the editor on the bundled demo model (on a machine with no
+display it says so in one line and compiles the demo headless for `phone-npu` instead); an
+argument that starts with `-` and is not a command is given to `gui`.
 
 ## Exit status
 
