@@ -35,6 +35,7 @@ from app.canvas.scene import GraphScene
 from app.canvas.snapshot import take_snapshot
 from app.canvas.view import GraphView
 from app.document import Document, pending_recoveries
+from app.help import install_help
 from app.panels.diagnostics import DiagnosticsPanel
 from app.panels.inspector import InspectorPanel
 from app.panels.palette import PalettePanel
@@ -144,6 +145,7 @@ class MainWindow(QMainWindow):
             if isinstance(state, QByteArray):
                 self.restoreState(state)
         self._update_title()
+        install_help(self)  # issue 20: the docs/ pages offline and the shortcut list (the last menu)
 
     # -- actions and menus ---------------------------------------------------------------------
     def _action(self, text: str, slot: Callable[[], Any], shortcut: Any = None, menu=None) -> QAction:
