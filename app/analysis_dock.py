@@ -80,7 +80,6 @@ class AnalysisDock(QObject):
         ctl.progress.connect(self._on_progress)
         ctl.settings_changed.connect(self._on_settings_changed)
         ctl.cleared.connect(self._on_cleared)
-        ctl.statuses_changed.connect(self._on_statuses_changed)
         self.charts.op_clicked.connect(self.select_op)
         window.document_shown.connect(self._on_document_shown)
         window.installEventFilter(self)
@@ -216,30 +215,6 @@ class AnalysisDock(QObject):
         self.charts.show_state(state, message)
         if state == "failed":
             self.window.statusBar().showMessage(f"analysis: {message}", 10000)
-
-    def _on_statuses_changed(self, names: set[str]) -> None:
-        """Repaint the canvas items (and legend, minimap) of nodes the compile placed anew."""
-        w, scene = self.window, self.window.scene
-        doc = self.controller.doc
-        if scene is None or doc is None or getattr(scene, "read_only", False):
-            return
-        for it in scene.node_items.values():
-            if it.node.name in names:
-                it.update()
-        overview = getattr(scene, "overview", None)
-        if overview is not None:
-            overview.invalidate()
-        canvas = getattr(w, "canvas", None)
-        if canvas is None:
-            return
-        counts: dict[str, int] = {}
-        for st in doc.statuses.values():
-            counts[st.device] = counts.get(st.device, 0) + 1
-            if st.errors:
-                counts["error"] = counts.get("error", 0) + 1
-        counts["group"] = sum(1 for n in doc.graph.nodes if n.meta.get("provenance") and n.meta["provenance"] != [n.name])
-        canvas.legend.set_counts(counts)
-        canvas.minimap.schedule_rebuild()
 
     def _on_cleared(self) -> None:
         self.charts.show_empty("compiling the new model…")

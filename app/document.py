@@ -81,6 +81,17 @@ def _analysis_job(control: TaskControl, clone: Graph, base: dict[str, TensorType
 _TARGETS: dict[tuple[str, float], Any] = {}
 
 
+@dataclass
+class CompiledPlacement:
+    """The placement of a compile of the graph at ``version``: each node's device (the op it was
+    compiled into), and the compile's diagnostics."""
+
+    version: int
+    device: dict[str, str]
+    reason: dict[str, str]
+    diagnostics: list[Diagnostic]
+
+
 def resolve_target_cached(name: str | None) -> Any:
     """``placement.resolve_target``, remembered: parsing a target's YAML costs tens of
     milliseconds, and opening each model (on the GUI thread) asks for one. Targets are frozen
@@ -132,10 +143,15 @@ class Document(QObject):
         self.target: Any = None
         self.recovery_dir = Path(recovery_dir) if recovery_dir else None
         self.autosave_delay_ms = AUTOSAVE_DELAY_MS
-        self.statuses: dict[str, placement.NodeStatus] = {}
+        self.statuses: dict[str, placement.NodeStatus] = {}  # what the canvas shows (see _compose)
+        self.placement_source = "edited"  # which placement ``statuses`` shows: "edited" or "compiled"
         self.diagnostics: list[Diagnostic] = []
         self.placement_diagnostics: list[Diagnostic] = []
+        self.compile_diagnostics: list[Diagnostic] = []  # of the compile the canvas shows (or why it failed)
         self._placement = placement.PlacementOutcome()
+        self._edited_statuses: dict[str, placement.NodeStatus] = {}
+        self._compiled: CompiledPlacement | None = None
+        self._autosaved: set[Path] = set()  # recovery files this document wrote (Save As moves the name)
         self._baseline = editing.snapshot_types(graph)
         base = project.base if project is not None else None
         if base is None:  # the loader may have taken it already, off the GUI thread
@@ -358,14 +374,49 @@ class Document(QObject):
         self._set_statuses(placement.statuses(self.graph, self._placement, node_errors(self.diagnostics)),
                            everything=everything)
 
+    def show_compiled(self, compiled: CompiledPlacement | None) -> None:
+        """The analysis compiled the graph at ``compiled.version`` (None: no compile to show).
+        The canvas shows it while it is the compile of the current graph."""
+        self._compiled = compiled
+        self._set_statuses(self._edited_statuses)
+
+    def compile_failed(self, message: str) -> None:
+        """The analysis could not compile the current graph: say so in the diagnostics."""
+        self._compiled = None
+        self.compile_diagnostics = [Diagnostic(ERROR, None, "compile-blocked", message)]
+        self._set_statuses(self._edited_statuses)
+
+    def _compose(self, edited: dict[str, placement.NodeStatus]) -> dict[str, placement.NodeStatus]:
+        """The one decision of what the canvas shows: the compiled placement while it belongs to
+        the current graph, else the edited graph's own placement."""
+        comp = self._compiled
+        if comp is None or comp.version != self.graph.version:
+            self.placement_source = "edited"
+            if comp is None and not any(d.code == "compile-blocked" for d in self.compile_diagnostics):
+                self.compile_diagnostics = []
+            return edited
+        self.placement_source = "compiled"
+        self.compile_diagnostics = list(comp.diagnostics)
+        out: dict[str, placement.NodeStatus] = {}
+        for name, st in edited.items():
+            dev = comp.device.get(name)
+            out[name] = st if dev is None else placement.NodeStatus(dev, comp.reason.get(name, ""), st.pinned, st.errors)
+        return out
+
     def _set_statuses(self, new: dict[str, placement.NodeStatus], also: set[str] = frozenset(),  # type: ignore[assignment]
                       everything: bool = False) -> None:
-        """Publish statuses; listeners hear which names changed (``also`` adds nodes whose
-        shapes changed) or None when anything may have (types re-inferred in place)."""
+        """Publish statuses (the only writer of ``statuses``); listeners hear which names changed
+        (``also`` adds nodes whose shapes changed) or None when anything may have."""
+        self._edited_statuses = new
+        new = self._compose(new)
         old = self.statuses
         changed = {k for k, v in new.items() if old.get(k) != v} | (set(old) - set(new)) | set(also)
         self.statuses = new
         self.analysis_changed.emit(None if everything else changed)
+
+    def fallback_count(self) -> int:
+        """Nodes of the canvas that run on the CPU (the legend's "CPU fallback" figure)."""
+        return sum(1 for st in self.statuses.values() if st.device == "cpu")
 
     @property
     def placement_ready(self) -> bool:
@@ -373,8 +424,11 @@ class Document(QObject):
         return self._placement.available
 
     def all_diagnostics(self) -> list[Diagnostic]:
-        """Verify and inference findings, then placement's."""
-        return [*self.diagnostics, *self.placement_diagnostics]
+        """Verify and inference findings, then the placement's the canvas shows (the compile's
+        when it shows the compiled placement, with why a compile failed)."""
+        if self.placement_source == "compiled":
+            return [*self.diagnostics, *self.compile_diagnostics]
+        return [*self.diagnostics, *self.compile_diagnostics, *self.placement_diagnostics]
 
     # -- files -----------------------------------------------------------------------------
     def title(self) -> str:
@@ -455,18 +509,24 @@ class Document(QObject):
             return None
         finally:
             proj.extra.pop("recovery", None)
-        self._autosaved_path = path
+        self._autosaved.add(path)
         self.autosaved.emit(str(path))
         return path
 
     def discard_recovery(self) -> None:
-        """Remove this document's recovery file (after a save or a clean close)."""
-        path = self.recovery_path
-        if path is not None and path.exists():
-            try:
-                path.unlink()
-            except OSError:
-                log.warning("could not remove recovery file %s", path)
+        """Remove this document's recovery files (after a save or a clean close): the one named
+        after its current path and any written under an earlier name (before a Save As)."""
+        paths = set(self._autosaved)
+        if self.recovery_path is not None:
+            paths.add(self.recovery_path)
+        for path in paths:
+            if path.exists():
+                try:
+                    path.unlink()
+                except OSError:
+                    log.warning("could not remove recovery file %s", path)
+                    continue
+            self._autosaved.discard(path)
 
     def close(self) -> None:
         """Stop observing the graph; a clean document leaves no recovery file."""

@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 MAX_RECENT = 10
 FIRST_LOOK_SCALE = 0.65  # a model opens at least this zoomed in: labels stay readable
 FIRST_ANALYSIS_DELAY_MS = 80  # placement of a freshly opened model starts after its first frame
+DEFAULT_TARGET = "phone-npu"  # a first run opens placed, compiled and charted (issue 17)
 FILE_FILTER = "Models and projects (*.onnx *.npuproj);;ONNX models (*.onnx);;NPU Studio projects (*.npuproj)"
 
 
@@ -88,7 +89,8 @@ class MainWindow(QMainWindow):
     compile_finished = Signal(object)
 
     def __init__(self, settings: QSettings | None = None, recovery_dir: str | Path | None = None,
-                 restore_state: bool = True, autosave_delay_ms: int | None = None) -> None:
+                 restore_state: bool = True, autosave_delay_ms: int | None = None,
+                 default_target: str | None = DEFAULT_TARGET) -> None:
         super().__init__()
         _preload_engine()
         self.settings = settings if settings is not None else QSettings("NPU Studio", "NPU Studio")
@@ -103,6 +105,7 @@ class MainWindow(QMainWindow):
         self._clipboard: list[commands.ClipNode] = []
         self._find_hits: list[NodeItem] = []
         self._find_index = -1
+        self.interactive = True  # False: errors go to the status bar and the log, never a modal box
         self.ask_save: Callable[[], QMessageBox.StandardButton] = self._ask_save
         self.view = GraphView()
         self.canvas = _CanvasArea(self.view)
@@ -126,6 +129,7 @@ class MainWindow(QMainWindow):
         self.statusBar().addPermanentWidget(self.progress)
         self.statusBar().addPermanentWidget(self.zoom_label)
         self._build_actions()
+        self._select_target_box(self._initial_target(default_target))
         self.palette.op_activated.connect(self._on_palette_op_activated)
         self.diagnostics.node_activated.connect(self.reveal_node)
         self.pass_trace.node_activated.connect(self.reveal_node)
@@ -336,7 +340,10 @@ class MainWindow(QMainWindow):
         self._task = None
         self._hide_progress()
         self.statusBar().showMessage(message, 15000)
-        QMessageBox.warning(self, "NPU Studio", message) if self.isVisible() else log.warning("%s", message)
+        if self.interactive and self.isVisible():
+            QMessageBox.warning(self, "NPU Studio", message)
+        else:  # a screenshot or a script reports it: a modal box would wait for a click forever
+            log.info("%s", message)
 
     # -- progress ------------------------------------------------------------------------------
     def _show_progress(self, fraction: float, text: str = "") -> None:
@@ -362,6 +369,7 @@ class MainWindow(QMainWindow):
                 counts["error"] = counts.get("error", 0) + 1
         counts["group"] = sum(1 for n in doc.graph.nodes if n.meta.get("provenance") and n.meta["provenance"] != [n.name])
         self.canvas.legend.set_counts(counts)
+        self.canvas.legend.set_source(placement.SOURCE_LABELS.get(doc.placement_source, "") if doc.target else "")
         self.canvas.minimap.schedule_rebuild()
 
     def _current_target(self) -> str | None:
@@ -376,7 +384,18 @@ class MainWindow(QMainWindow):
         self.target_box.setCurrentIndex(max(idx, 0))
         self.target_box.blockSignals(False)
 
+    def _initial_target(self, default: str | None) -> str | None:
+        """The target a model opens with: the last one chosen (even "(none)"), else ``default``."""
+        last = self.settings.value("target/last")
+        if last is None:
+            return default
+        last = str(last)
+        if not last:
+            return None
+        return last if self.target_box.findData(last) >= 0 else default
+
     def _on_target_changed(self, _index: int) -> None:
+        self.settings.setValue("target/last", self._current_target() or "")
         if self.doc is not None:
             self.doc.set_target(self._current_target())
 

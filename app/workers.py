@@ -145,6 +145,8 @@ class Task(QRunnable):
         self.control = TaskControl(self.signals)
         self.done = threading.Event()
         self.result: Any = None  # set before ``finished`` is emitted (and ``done`` is set)
+        self.error: str | None = None  # the one-line message of ``failed``, set before ``done``
+        self.internal_error = False  # True when ``error`` is a bug of ours, not the user's input
 
     def run(self) -> None:
         _lower_priority()
@@ -154,10 +156,13 @@ class Task(QRunnable):
         except Cancelled:
             self.signals.cancelled.emit()
         except _EXPECTED as exc:
-            self.signals.failed.emit(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            self.error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            self.signals.failed.emit(self.error)
         except Exception as exc:  # report, never kill the GUI
             log.error("%s failed:\n%s", self.name, traceback.format_exc())
-            self.signals.failed.emit(f"internal error in {self.name}: {type(exc).__name__}: {exc}")
+            self.internal_error = True
+            self.error = f"internal error in {self.name}: {type(exc).__name__}: {exc}"
+            self.signals.failed.emit(self.error)
         else:
             if self.control.cancelled():
                 self.signals.cancelled.emit()
