@@ -11,9 +11,7 @@ chart. Canvas colours follow each compile through the document's statuses (app/a
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ from PySide6.QtCore import QEvent, QObject, Qt, QTimer
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QDockWidget, QMainWindow, QMenu, QProgressBar, QToolButton
 
+from app import runtime
 from app.analysis import AnalysisController
 from app.export import ExportController
 from app.panels.charts import ChartsPanel
@@ -31,7 +30,6 @@ from app.panels.stages_panel import StagesPanel
 from app.panels.target_panel import TargetPanel
 
 log = logging.getLogger(__name__)
-GIL_SWITCH_INTERVAL_S = 0.001
 
 
 def _menu(window: QMainWindow, title: str) -> QMenu | None:
@@ -331,30 +329,6 @@ class AnalysisDock(QObject):
         QCoreApplication.processEvents()
 
 
-_FROZEN = False
-
-
-def _freeze_startup_heap() -> None:
-    """Move what exists after start-up (modules, classes, functions, the window) out of the
-    cyclic garbage collector's sight, once per process.
-
-    A full collection holds the GIL while it walks every tracked object; at start-up that is
-    ~140k objects (Qt, pyqtgraph, numpy, onnx and our modules), and a collection triggered by an
-    analysis worker then stalls the GUI thread for 50-100 ms. These objects live as long as the
-    process (reference counting still frees them), so freezing them only shortens collections.
-    """
-    global _FROZEN
-    if _FROZEN:
-        return
-    _FROZEN = True
-    import importlib
-
-    for mod in ("engine.compiler", "engine.passes.pipeline", "engine.quant.api", "engine.quant.mixed",
-                "engine.sim.timeline", "engine.sim.thermal", "engine.sim.stream", "engine.sim.executor",
-                "engine.export.artifacts", "engine.export.report"):
-        importlib.import_module(mod)
-    gc.collect()
-    gc.freeze()
 
 
 def install_analysis(window: QMainWindow) -> AnalysisDock:
@@ -362,11 +336,7 @@ def install_analysis(window: QMainWindow) -> AnalysisDock:
     existing = getattr(window, "analysis", None)
     if isinstance(existing, AnalysisDock):
         return existing
-    # Qt calls back into Python for every paint and bounding box; while an analysis worker runs
-    # Python, each callback waits for the GIL up to the switch interval (5 ms by default), which
-    # adds up to visible stalls. 1 ms keeps the GUI responsive at a negligible switching cost.
-    sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_INTERVAL_S))
+    runtime.start_up()  # interpreter settings and the preloaded engine (app/runtime.py), once
     dock = AnalysisDock(window)
-    _freeze_startup_heap()
     window.analysis = dock  # type: ignore[attr-defined]
     return dock

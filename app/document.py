@@ -21,7 +21,8 @@ from PySide6.QtCore import QObject, QPointF, QTimer, Signal
 from PySide6.QtGui import QUndoCommand, QUndoStack
 
 from app import placement
-from app.workers import Task, TaskControl, release_heap
+from app.runtime import release_heap
+from app.workers import Task, TaskControl
 from engine import editing
 from engine import project as projects
 from engine.diagnostics import ERROR, Diagnostic
@@ -218,6 +219,8 @@ class Document(QObject):
     def _on_graph_event(self, ev: GraphEvent) -> None:
         self._delayed_analysis.stop()  # the edit's own analysis (re-inferring) replaces it
         self._analysis_timer.start()
+        if self.placement_source == "compiled":  # that compile is of the graph before this edit
+            self._set_statuses(self._edited_statuses)
         if self.recovery_dir is not None:
             self._autosave_timer.start(self.autosave_delay_ms)
         self.graph_edited.emit()

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import commands, jobs, placement
+from app import commands, jobs, placement, runtime
 from app.analysis_dock import install_analysis
 from app.canvas.minimap import LegendWidget, MinimapWidget
 from app.canvas.node_item import IOItem, NodeItem
@@ -39,7 +39,8 @@ from app.panels.diagnostics import DiagnosticsPanel
 from app.panels.inspector import InspectorPanel
 from app.panels.palette import PalettePanel
 from app.panels.pass_trace import PassTracePanel
-from app.workers import Task, settle_heap
+from app.runtime import settle_heap
+from app.workers import Task
 
 log = logging.getLogger(__name__)
 MAX_RECENT = 10
@@ -92,7 +93,7 @@ class MainWindow(QMainWindow):
                  restore_state: bool = True, autosave_delay_ms: int | None = None,
                  default_target: str | None = DEFAULT_TARGET) -> None:
         super().__init__()
-        _preload_engine()
+        runtime.start_up()  # the process-wide interpreter settings, once (app/runtime.py)
         self.settings = settings if settings is not None else QSettings("NPU Studio", "NPU Studio")
         self.recovery_dir = Path(recovery_dir) if recovery_dir else None
         self.autosave_delay_ms = autosave_delay_ms  # None: the document's default (AUTOSAVE_DELAY_MS)
@@ -731,14 +732,3 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(title)
         self._update_actions()
 
-
-def _preload_engine() -> None:
-    """Import the engine modules the workers use, once, on the GUI thread at start-up: a
-    first import inside a worker compiles bytecode while holding the GIL (a GUI stall)."""
-    import importlib
-
-    for name in ("engine.passes.pipeline", "engine.place.partition", "engine.hw.target", "engine.ir.clone"):
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            log.debug("optional engine module %s is not available", name)

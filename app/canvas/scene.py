@@ -31,7 +31,7 @@ from app.canvas.overview_item import OverviewItem
 from app.canvas.port_item import PortItem
 from app.canvas.snapshot import GraphSnapshot
 from app.placement import NodeStatus
-from app.workers import hold_gc, release_gc
+from app.runtime import collections_paused
 from engine.ir.events import (
     EdgeChanged,
     GraphEvent,
@@ -182,13 +182,10 @@ class GraphScene(QGraphicsScene):
 
     @staticmethod
     def _guarded(steps: Iterator[None]) -> Iterator[None]:
-        # No cyclic collections while tens of thousands of items appear (see workers.hold_gc);
-        # the generator's finally also runs when an unfinished populate is dropped.
-        hold_gc()
-        try:
+        # No cyclic collections while tens of thousands of items appear (app/runtime.py); the
+        # generator's context also ends when an unfinished populate is dropped.
+        with collections_paused():
             yield from steps
-        finally:
-            release_gc()
 
     @property
     def is_populating(self) -> bool:

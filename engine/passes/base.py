@@ -19,10 +19,9 @@ later toposorts take their linear fast path.
 
 from __future__ import annotations
 
-import gc
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Iterable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -181,25 +180,6 @@ def onnx_errors(graph: Graph) -> list[Diagnostic]:
     return []
 
 
-@contextmanager
-def paused_gc() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector for a block (restored afterwards).
-
-    The IR is a cyclic object graph (values point at their producer and readers, nodes at their
-    values) of up to hundreds of thousands of objects. A pipeline run allocates a lot while it
-    rewrites, and every generational collection walks that whole heap, which makes run time
-    grow quadratically with graph size. Reference counting still frees everything acyclic; the
-    cyclic garbage of removed nodes waits for the next collection after the block.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 class PassManager:
     """Runs a pipeline with verification between passes, fixed points and a trace.
 
@@ -216,8 +196,7 @@ class PassManager:
 
     def run(self, graph: Graph) -> RunResult:
         """Run every enabled pass on ``graph`` (which may be changed in place)."""
-        with paused_gc():
-            return self._run(graph)
+        return self._run(graph)
 
     def _run(self, graph: Graph) -> RunResult:
         self._graph = graph

@@ -15,7 +15,7 @@ from engine.diagnostics import Diagnostic
 from engine.ir.clone import clone_graph
 from engine.ir.fused import describe
 from engine.ir.graph import Graph
-from engine.passes.base import Pass, PassManager, PassRecord, PipelineItem, Repeat, paused_gc
+from engine.passes.base import Pass, PassManager, PassRecord, PipelineItem, Repeat
 from engine.passes.eliminate import (
     EliminateCommonSubexpressions,
     EliminateDeadCode,
@@ -169,13 +169,12 @@ def optimize(graph: Graph, options: OptimizeOptions | None = None, copy: bool = 
     if disable:
         o = OptimizeOptions(**{**o.__dict__, "disable": tuple(o.disable) + tuple(disable)})
     manager = PassManager(build_pipeline(o), disabled=o.disable, verify=o.verify, check_onnx=o.check_onnx)
-    with paused_gc():
-        g = clone_graph(graph) if copy else graph
-        before = len(g)
-        hist = Counter(n.op_type for n in g.nodes)
-        run = manager.run(g)
-        g = run.graph
-        finalize(g)
+    g = clone_graph(graph) if copy else graph
+    before = len(g)
+    hist = Counter(n.op_type for n in g.nodes)
+    run = manager.run(g)
+    g = run.graph
+    finalize(g)
     return OptimizeResult(g, run.trace, run.diagnostics, before, len(g), dict(hist))
 
 

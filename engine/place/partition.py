@@ -29,7 +29,6 @@ from engine.errors import InputError
 from engine.hw.cost_model import CostModel, OpCost
 from engine.hw.target import HardwareTarget
 from engine.ir.graph import Graph, Value
-from engine.passes.base import paused_gc
 from engine.place.support import GraphFacts, NodeFacts
 from nodes import rules as rules_mod
 from nodes.spec import Verdict
@@ -211,8 +210,7 @@ def _resolve_pins(facts: GraphFacts, pins: dict[str, str] | None) -> dict[str, s
 def place(graph: Graph | GraphFacts, target: HardwareTarget, pins: dict[str, str] | None = None,
           move_islands: bool = True, suggest: bool = True) -> Placement:
     """Place every node of a graph on the target's NPU or CPU (see the module docstring)."""
-    with paused_gc():  # a large cyclic heap: see engine.passes.base.paused_gc
-        return _place(graph, target, pins, move_islands, suggest)
+    return _place(graph, target, pins, move_islands, suggest)
 
 
 def _place(graph: Graph | GraphFacts, target: HardwareTarget, pins: dict[str, str] | None,

@@ -21,7 +21,6 @@ from engine.errors import InputError
 from engine.hw.cost_model import CostModel, OpCost, plan_residency
 from engine.hw.target import HardwareTarget, resolve_target
 from engine.ir.graph import Graph, Value
-from engine.passes.base import paused_gc
 from engine.place.partition import Placement, Transfer, place
 from engine.place.support import GraphFacts
 
@@ -380,8 +379,7 @@ def simulate(graph: Graph, target: HardwareTarget | str, options: SimOptions | N
     options = options or SimOptions()
     tgt = resolve_target(target)
     require_static_inputs(graph)
-    with paused_gc():  # the IR is a large cyclic heap: see engine.passes.base.paused_gc
-        return _simulate(graph, tgt, options, placement)
+    return _simulate(graph, tgt, options, placement)
 
 
 def _simulate(graph: Graph, tgt: HardwareTarget, options: SimOptions, placement: Placement | None) -> SimResult:
