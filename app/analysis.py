@@ -25,7 +25,7 @@ from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QObject, QTimer, Signal
 
-from app import placement
+from app import placement, quality
 from app.analysis_jobs import (
     AnalysisCache,
     AnalysisRequest,
@@ -339,8 +339,10 @@ class AnalysisController(QObject):
         self._show_on_canvas(result)
         self.result_changed.emit(result)
         how = "cached" if result.cached else f"{result.seconds:.2f} s"
+        poor = quality.low_sqnr_warnings(result)
+        note = f" — ⚠ {poor[0].message}" if poor else ""
         self._set_state("ready", f"{result.latency_us / 1000:.3f} ms simulated on {result.compile.target.name} "
-                                 f"({how})")
+                                 f"({how}){note}")
         self._start_sustained(result)
 
     def _set_state(self, state: str, message: str) -> None:
@@ -548,4 +550,5 @@ def compiled_placement(result: AnalysisResult, graph: Any) -> CompiledPlacement:
             device[n.name] = "unplaced"
             reason[n.name] = "removed by the optimizer (folded or eliminated): it does not run"
     return CompiledPlacement(result.graph_version, device, reason,
-                             [*result.compile.diagnostics, *result.sim.placement.diagnostics])
+                             [*quality.low_sqnr_warnings(result), *result.compile.diagnostics,
+                              *result.sim.placement.diagnostics])

@@ -85,7 +85,7 @@ def cmd_gui(args: argparse.Namespace, out: Out) -> int:
 
 
 def screenshot(model: Path, dest: Path, target: str | None, shapes: dict, out: Out, size=(1600, 1000),
-               timeout: float = 120.0, calib: str | None = None) -> int:
+               timeout: float = 300.0, calib: str | None = None) -> int:
     """Load, compile, lay out and render the main window to ``dest`` (a PNG); exit status."""
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication

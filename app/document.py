@@ -381,6 +381,7 @@ class Document(QObject):
         """The analysis compiled the graph at ``compiled.version`` (None: no compile to show).
         The canvas shows it while it is the compile of the current graph."""
         self._compiled = compiled
+        self.compile_diagnostics = []  # a failure before this compile no longer applies
         self._set_statuses(self._edited_statuses)
 
     def compile_failed(self, message: str) -> None:

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app import quality
 from app.panels.chart_base import (
     CPU,
     NPU,
@@ -269,7 +270,7 @@ class ChartsPanel(QDockWidget):
         else:
             self.quant.set_title(
                 f"<b>Quantization error per layer</b>, worst first ({q.config.method}, {q.config.dtype}, "
-                f"{q.analysis.samples if q.analysis else 0} samples): strong bar = accumulated (the quantized "
+                f"{quality.samples_phrase(res, q.analysis.samples if q.analysis else 0)}): strong bar = accumulated (the quantized "
                 "model end to end), light bar = isolated (only this layer quantized)")
 
     def _on_quant_metric_changed(self, _index: int) -> None:

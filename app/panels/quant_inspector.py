@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import style
+from app import quality, style
 from app.analysis_jobs import THRESHOLD_METHODS, op_tensors, tensor_view_job
 from app.panels.chart_base import (
     CPU_LIGHT,
@@ -306,7 +306,7 @@ class QuantInspectorPanel(QDockWidget):
             for kind, vals in self.figures.items():
                 for key in FIGURE_KEYS:
                     self.figure_labels[(kind, key)].setText(f"{vals[key]:g}")
-            self.errors_note.setText(f"on {q.analysis.samples} calibration samples")
+            self.errors_note.setText(f"on {quality.samples_phrase(res, q.analysis.samples)}")
             self.errors_note.setToolTip("accumulated: the quantized model run end to end (this layer's error includes "
                                         "everything upstream); isolated: only this layer quantized")
 
