@@ -35,6 +35,7 @@ from app.canvas.scene import GraphScene
 from app.canvas.snapshot import take_snapshot
 from app.canvas.view import GraphView
 from app.document import Document, pending_recoveries
+from app.help_menu import install_help
 from app.panels.diagnostics import DiagnosticsPanel
 from app.panels.inspector import InspectorPanel
 from app.panels.palette import PalettePanel
@@ -139,6 +140,7 @@ class MainWindow(QMainWindow):
         self.resizeDocks([self.diagnostics], [150], Qt.Orientation.Vertical)
         self.resizeDocks([self.palette, self.inspector], [210, 290], Qt.Orientation.Horizontal)
         install_analysis(self)  # issue 8: analysis docks, Export compiled..., chart <-> canvas selection
+        install_help(self, lambda text: self.statusBar().showMessage(text, 30000))
         if restore_state:
             geo = self.settings.value("window/geometry")
             state = self.settings.value("window/state")
@@ -203,7 +205,11 @@ class MainWindow(QMainWindow):
         tb.setObjectName("MainToolBar")
         tb.setMovable(False)
         self.addToolBar(tb)
-        for act in (self.act_open, self.act_save, self.act_undo, self.act_redo, self.act_fit, self.act_compile):
+        # The toolbar's Undo/Redo keep their width: the step they would undo is in the tooltip
+        # (the Edit menu's items carry it in their text).
+        self.tb_undo = self._action("Undo", self.undo)
+        self.tb_redo = self._action("Redo", self.redo)
+        for act in (self.act_open, self.act_save, self.tb_undo, self.tb_redo, self.act_fit, self.act_compile):
             tb.addAction(act)
         tb.addSeparator()
         tb.addWidget(QLabel(" Target "))
@@ -234,11 +240,14 @@ class MainWindow(QMainWindow):
         for act in (self.act_paste, self.act_delete):
             act.setEnabled(editable)
         stack = self.doc.undo_stack if self.doc is not None else None
-        self.act_undo.setEnabled(bool(stack and stack.canUndo() and editable))
-        self.act_redo.setEnabled(bool(stack and stack.canRedo() and editable))
-        if stack is not None:
-            self.act_undo.setText(f"&Undo {stack.undoText()}".rstrip())
-            self.act_redo.setText(f"&Redo {stack.redoText()}".rstrip())
+        for act, tb, can, text, word in ((self.act_undo, self.tb_undo, stack and stack.canUndo(),
+                                          stack.undoText() if stack else "", "Undo"),
+                                         (self.act_redo, self.tb_redo, stack and stack.canRedo(),
+                                          stack.redoText() if stack else "", "Redo")):
+            act.setEnabled(bool(can and editable))
+            tb.setEnabled(bool(can and editable))
+            act.setText(f"&{word} {text}".rstrip())
+            tb.setToolTip(f"{word} {text}".rstrip())
 
     # -- opening -------------------------------------------------------------------------------
     def open_dialog(self) -> None:
@@ -687,15 +696,17 @@ class MainWindow(QMainWindow):
 
     def _add_recent(self, path: Path) -> None:
         p = str(Path(path).resolve())
-        files = [p] + [f for f in self.recent_files() if f != p]
+        files = [p] + [f for f in self.recent_files() if f != p and str(Path(f).resolve()) != p]
         self.settings.setValue("recent/files", files[:MAX_RECENT])
         self._update_recent_menu()
 
     def _update_recent_menu(self) -> None:
         self.recent_menu.clear()
         files = self.recent_files()
-        for f in files:
-            act = self.recent_menu.addAction(Path(f).name)
+        names = [Path(f).name for f in files]
+        for f, name in zip(files, names, strict=True):
+            # two files of the same name (model.onnx in two folders) are told apart by their folder
+            act = self.recent_menu.addAction(name if names.count(name) == 1 else f"{name} — {Path(f).parent}")
             act.setToolTip(f)
             act.triggered.connect(lambda _=False, p=f: self.maybe_save() and self.open_path(p))
         self.recent_menu.setEnabled(bool(files))
