@@ -176,6 +176,7 @@ class Document(QObject):
         self._autosave_timer.timeout.connect(self.autosave)
         self._unsubscribe = graph.events.subscribe(self._on_graph_event)
         self._restored = False
+        self._closed = False
         if self.target_name:
             self.set_target(self.target_name, analyze=False)
 
@@ -305,8 +306,8 @@ class Document(QObject):
         self._place_task = task.start()
 
     def _on_analysis_done(self, task: Task, result: AnalysisResult) -> None:
-        if task is not self._place_task or result.version != self.graph.version:
-            return  # superseded: a newer analysis is on its way
+        if self._closed or task is not self._place_task or result.version != self.graph.version:
+            return  # superseded (a newer analysis is on its way), or the document closed
         self._place_task = None
         reshaped: set[str] = set()  # nodes whose output types changed: their items repaint too
         if result.types is not None:
@@ -354,7 +355,7 @@ class Document(QObject):
 
     def _on_placement_done(self, task: Task, result: tuple[int, placement.PlacementOutcome]) -> None:
         version, outcome = result
-        if task is not self._place_task or version != self.graph.version:
+        if self._closed or task is not self._place_task or version != self.graph.version:
             return  # superseded: a newer analysis is on its way
         self._place_task = None
         self._placement = outcome
@@ -534,6 +535,7 @@ class Document(QObject):
 
     def close(self) -> None:
         """Stop observing the graph; a clean document leaves no recovery file."""
+        self._closed = True
         self._delayed_analysis.stop()
         self._autosave_timer.stop()
         self._analysis_timer.stop()

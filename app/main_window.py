@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import commands, jobs, placement, runtime
+from app import commands, jobs, placement, recent, runtime
 from app.analysis_dock import install_analysis
 from app.canvas.minimap import LegendWidget, MinimapWidget
 from app.canvas.node_item import IOItem, NodeItem
@@ -41,10 +41,10 @@ from app.panels.inspector import InspectorPanel
 from app.panels.palette import PalettePanel
 from app.panels.pass_trace import PassTracePanel
 from app.runtime import settle_heap
+from app.shape_dialog import ShapeDialog, dynamic_inputs, remember, remembered
 from app.workers import Task
 
 log = logging.getLogger(__name__)
-MAX_RECENT = 10
 FIRST_LOOK_SCALE = 0.65  # a model opens at least this zoomed in: labels stay readable
 FIRST_ANALYSIS_DELAY_MS = 80  # placement of a freshly opened model starts after its first frame
 DEFAULT_TARGET = "phone-npu"  # a first run opens placed, compiled and charted (issue 17)
@@ -62,6 +62,7 @@ class _CanvasArea(QWidget):
         lay.setSpacing(0)
         self.banner = QLabel()
         self.banner.setObjectName("banner")
+        self.banner.setWordWrap(True)
         self.banner.hide()
         lay.addWidget(self.banner)
         lay.addWidget(view)
@@ -108,9 +109,12 @@ class MainWindow(QMainWindow):
         self._find_hits: list[NodeItem] = []
         self._find_index = -1
         self.interactive = True  # False: errors go to the status bar and the log, never a modal box
+        self.ask_shapes: Callable[[str, list, dict], dict | None] = self._ask_shapes
+        self._shape_banner = False  # the banner offers the shape dialog (dynamic inputs, no shapes yet)
         self.ask_save: Callable[[], QMessageBox.StandardButton] = self._ask_save
         self.view = GraphView()
         self.canvas = _CanvasArea(self.view)
+        self.canvas.banner.linkActivated.connect(lambda _link: self.ask_for_shapes())
         self.setCentralWidget(self.canvas)
         self.palette = PalettePanel(self)
         self.inspector = InspectorPanel(self)
@@ -193,6 +197,7 @@ class MainWindow(QMainWindow):
         self._action("Zoom &In", lambda: self.view.set_zoom(self.view.scale_factor() * 1.25), QKeySequence.StandardKey.ZoomIn, m)
         self._action("Zoom &Out", lambda: self.view.set_zoom(self.view.scale_factor() / 1.25), QKeySequence.StandardKey.ZoomOut, m)
         self.act_relayout = self._action("&Lay Out Again", self.relayout, "Ctrl+L", m)
+        self.act_shapes = self._action("Input &Shapes…", self.ask_for_shapes, "Ctrl+Shift+I", m)
         self.act_optimized = self._action("Show &Optimized Graph", self.toggle_optimized_view, "Ctrl+Shift+O", m)
         self.act_optimized.setCheckable(True)
         self.act_optimized.setEnabled(False)
@@ -264,6 +269,8 @@ class MainWindow(QMainWindow):
         path = Path(path)
         if self._task is not None:
             self._task.cancel()
+        if shapes:
+            remember(self.settings, path, shapes)
         self._show_progress(0.0, f"opening {path.name}")
         task = Task(jobs.load_job, path, shapes, name="load")
         task.signals.progress.connect(self._show_progress)
@@ -292,6 +299,10 @@ class MainWindow(QMainWindow):
         self.settings.setValue("paths/last_dir", str((loaded.project_path or loaded.model_path).parent))
         self.statusBar().showMessage(f"opened {self.doc.title() if self.doc else ''}: {len(loaded.graph)} nodes "
                                      f"(read {loaded.seconds.get('load', 0):.2f} s, layout {loaded.seconds.get('layout', 0):.2f} s)", 8000)
+        self._shape_banner = bool(dynamic_inputs(loaded.graph)) and loaded.project is None
+        self._show_banner()
+        if self._shape_banner and self.interactive and self.isVisible():
+            self.ask_for_shapes()
 
     def _install_document(self, doc: Document, snapshot, layout) -> None:
         self.doc = doc
@@ -324,8 +335,42 @@ class MainWindow(QMainWindow):
         if old is not None:
             old.detach()
             old.deleteLater()
-        self.canvas.banner.setVisible(scene.read_only)
+        self._show_banner()
         scene.populate(snapshot, layout)
+
+    def _show_banner(self) -> None:
+        """The banner over the canvas: the read-only optimized view, or the offer to set the
+        shapes of a model with dynamic inputs (which stays open, unplaced, until they are set)."""
+        banner, scene = self.canvas.banner, self.scene
+        if scene is not None and scene.read_only:
+            banner.show()
+        elif self._shape_banner and self.doc is not None:
+            names = ", ".join(n for n, _ in dynamic_inputs(self.doc.graph))
+            banner.setText(f"This model has dynamic input dimensions ({names}): it cannot be placed or simulated "
+                           "until they are fixed. <a href='shapes'>Set input shapes…</a>")
+            banner.show()
+        else:
+            banner.hide()
+
+    def ask_for_shapes(self) -> bool:
+        """Ask for the shapes of the open model's dynamic inputs and reopen it with them."""
+        doc = self.doc
+        if doc is None or doc.model_path is None:
+            return False
+        inputs = dynamic_inputs(doc.graph)
+        if not inputs:
+            self.statusBar().showMessage("every input of this model has a fixed shape", 6000)
+            return False
+        shapes = self.ask_shapes(doc.model_path.name, inputs, remembered(self.settings, doc.model_path))
+        if not shapes:
+            self._show_banner()
+            return False
+        self.open_path(doc.model_path, target=doc.target_name, shapes=shapes)
+        return True
+
+    def _ask_shapes(self, name: str, inputs: list, last: dict) -> dict | None:
+        dlg = ShapeDialog(name, inputs, last, self)
+        return dlg.shapes() if dlg.exec() == ShapeDialog.DialogCode.Accepted else None
 
     def _on_scene_populated(self) -> None:
         self._hide_progress()
@@ -689,27 +734,14 @@ class MainWindow(QMainWindow):
 
     # -- recent files and recovery ------------------------------------------------------------
     def recent_files(self) -> list[str]:
-        value = self.settings.value("recent/files", [])
-        if isinstance(value, str):
-            value = [value]
-        return [str(v) for v in (value or [])]
+        return recent.recent_files(self.settings)
 
     def _add_recent(self, path: Path) -> None:
-        p = str(Path(path).resolve())
-        files = [p] + [f for f in self.recent_files() if f != p and str(Path(f).resolve()) != p]
-        self.settings.setValue("recent/files", files[:MAX_RECENT])
+        recent.add_recent(self.settings, path)
         self._update_recent_menu()
 
     def _update_recent_menu(self) -> None:
-        self.recent_menu.clear()
-        files = self.recent_files()
-        names = [Path(f).name for f in files]
-        for f, name in zip(files, names, strict=True):
-            # two files of the same name (model.onnx in two folders) are told apart by their folder
-            act = self.recent_menu.addAction(name if names.count(name) == 1 else f"{name} — {Path(f).parent}")
-            act.setToolTip(f)
-            act.triggered.connect(lambda _=False, p=f: self.maybe_save() and self.open_path(p))
-        self.recent_menu.setEnabled(bool(files))
+        recent.fill_menu(self.recent_menu, self.settings, lambda p: self.maybe_save() and self.open_path(p))
 
     def offer_recovery(self, ask: Callable[[Path, dict], bool] | None = None) -> bool:
         """If a previous session crashed with unsaved changes, offer to restore them."""
