@@ -419,6 +419,11 @@ class Document(QObject):
         self.statuses = new
         self.analysis_changed.emit(None if everything else changed)
 
+    @property
+    def compile_blocked(self) -> bool:
+        """True when the last compile of this graph failed (the diagnostics say why)."""
+        return self.placement_source == "edited" and any(d.code == "compile-blocked" for d in self.compile_diagnostics)
+
     def fallback_count(self) -> int:
         """Nodes of the canvas that run on the CPU (the legend's "CPU fallback" figure)."""
         return sum(1 for st in self.statuses.values() if st.device == "cpu")

@@ -424,7 +424,8 @@ class MainWindow(QMainWindow):
                 counts["error"] = counts.get("error", 0) + 1
         counts["group"] = sum(1 for n in doc.graph.nodes if n.meta.get("provenance") and n.meta["provenance"] != [n.name])
         self.canvas.legend.set_counts(counts)
-        self.canvas.legend.set_source(placement.SOURCE_LABELS.get(doc.placement_source, "") if doc.target else "")
+        source = "failed" if doc.compile_blocked else doc.placement_source
+        self.canvas.legend.set_source(placement.SOURCE_LABELS.get(source, "") if doc.target else "")
         self.canvas.minimap.schedule_rebuild()
 
     def _current_target(self) -> str | None:
