@@ -290,6 +290,10 @@ class ChartsPanel(QDockWidget):
         if state == "failed":
             text = f"⚠ {message}" + (" — the charts show the last compiled result" if self.result is not None else "")
             css = "background:#fdecea; color:#8a1f11; padding:2px 6px;"
+        elif state == "running" and self.result is not None:
+            # The charts keep the last compile's numbers until the new one lands: say so over them.
+            text, css = ("stale, recomputing: the charts show the compile before the last change",
+                         "background:#fff4d6; color:#6b4e00; padding:2px 6px;")
         elif state == "running":
             text, css = "compiling…", "color:#5d6575; padding:2px 6px;"
         else:

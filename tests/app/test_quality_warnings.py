@@ -91,3 +91,19 @@ def test_a_graph_that_cannot_compile_is_an_error_in_the_diagnostics(qtbot, tmp_p
     finally:
         close_window(win)
         win.analysis.controller.shutdown()
+
+
+def test_charts_say_stale_recomputing_over_old_numbers_while_an_edit_compiles(qtbot, tmp_path):
+    from app.commands import SetPinCommand
+
+    win = _compiled(qtbot, tmp_path, residual_cnn())
+    try:
+        doc, ctl, charts = win.doc, win.analysis.controller, win.analysis.charts
+        doc.push(SetPinCommand(doc, doc.graph.node_by_name("add"), "cpu"))
+        wait_for(lambda: ctl.state == "running", 30, "the edit's compile to start")
+        assert charts.banner.toolTip().startswith("stale, recomputing")
+        wait_for(lambda: charts_current(win.analysis), 60, "the edit's compile")
+        assert not charts.banner.toolTip().startswith("stale")
+    finally:
+        close_window(win)
+        win.analysis.controller.shutdown()
