@@ -550,5 +550,6 @@ def compiled_placement(result: AnalysisResult, graph: Any) -> CompiledPlacement:
             device[n.name] = "unplaced"
             reason[n.name] = "removed by the optimizer (folded or eliminated): it does not run"
     return CompiledPlacement(result.graph_version, device, reason,
-                             [*quality.low_sqnr_warnings(result), *result.compile.diagnostics,
+                             [*quality.low_sqnr_warnings(result),
+                              *(d for d in result.compile.diagnostics if d.code != quality.LOW_SQNR),
                               *result.sim.placement.diagnostics])

@@ -322,12 +322,18 @@ def compile_job(control: TaskControl, req: AnalysisRequest, cache: AnalysisCache
 
 
 # -- re-simulation and what-ifs --------------------------------------------------------------
+def precisions_of(base: AnalysisResult) -> dict[str, str] | None:
+    """The per-node precisions the compile priced its ops by (as compile_model simulates)."""
+    q = base.compile.quant
+    return dict(q.model.node_precision) if q is not None else None
+
+
 def resimulate(base: AnalysisResult, target: HardwareTarget, pins: dict[str, str] | None = None,
                request_id: int | None = None, what_if: bool = True) -> AnalysisResult:
     """``base`` simulated again on another target (or with other pins); no recompile."""
     t0 = time.perf_counter()
     pins = dict(base.compile.options.pins) if pins is None else pins
-    sim = simulate(base.compile.optimized, target, SimOptions(pins=pins or None))
+    sim = simulate(base.compile.optimized, target, SimOptions(pins=pins or None, precisions=precisions_of(base)))
     comp = dataclasses.replace(base.compile, target=target, sim=sim,
                                options=dataclasses.replace(base.compile.options, pins=dict(pins)))
     op_of, sources_of = source_mapping(base.compile.source, sim)
@@ -375,7 +381,8 @@ def pin_preview_job(control: TaskControl, base: AnalysisResult, ops: list[str], 
             pins.pop(op, None)
         else:
             pins[op] = device
-    after = simulate(base.compile.optimized, base.compile.target, SimOptions(pins=pins or None))
+    after = simulate(base.compile.optimized, base.compile.target,
+                     SimOptions(pins=pins or None, precisions=precisions_of(base)))
     before_t, after_t = _transfer_set(base.sim), _transfer_set(after)
     added = [(*k, after_t[k]) for k in after_t if k not in before_t]
     removed = [(*k, before_t[k]) for k in before_t if k not in after_t]
@@ -418,7 +425,7 @@ def sweep_job(control: TaskControl, base: AnalysisResult, targets: list[tuple[fl
     out = []
     for k, (value, tgt) in enumerate(targets):
         control.check()
-        sim = simulate(base.compile.optimized, tgt, SimOptions(pins=pins, suggest=False))
+        sim = simulate(base.compile.optimized, tgt, SimOptions(pins=pins, suggest=False, precisions=precisions_of(base)))
         out.append((value, float(sim.latency_us), memory_bound_share(sim)))
         control.progress((k + 1) / len(targets), "sweep")
     return out

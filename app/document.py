@@ -69,7 +69,7 @@ def _analysis_job(control: TaskControl, clone: Graph, base: dict[str, TensorType
         diagnostics = editing.reinfer(clone, baseline)
         types = {v.name: v.type for n in clone.nodes for v in n.outputs if v is not None}
     else:
-        diagnostics = list(getattr(clone, "diagnostics", []))
+        diagnostics = list(clone.diagnostics)
     control.check()
     outcome = placement.PlacementOutcome()
     if target is not None and placement.placement_available():
@@ -334,7 +334,7 @@ class Document(QObject):
         if reinfer:
             self.diagnostics = editing.reinfer(self.graph, self._baseline)
         else:
-            self.diagnostics = list(getattr(self.graph, "diagnostics", []))
+            self.diagnostics = list(self.graph.diagnostics)
         log.debug("reinfer of %d nodes took %.1f ms", len(self.graph), 1000 * (time.perf_counter() - t0))
         if self.target is not None and placement.placement_available():
             self._start_placement()

@@ -159,6 +159,7 @@ def compile_model(graph: Graph, target: Any, calibration: CalibrationSet | None 
                                   progress=lambda done, total: step("calibrate", done, total), cancel=cancel)
             result.quant = quantize(optimized, data, quant, analysis_samples=options.analysis_samples,
                                     calibration=stats, progress=step, cancel=cancel)
+            result.diagnostics.extend(result.quant.diagnostics)
         except ValueError as exc:
             if "nothing to quantize" not in str(exc):
                 raise
@@ -175,6 +176,9 @@ def _simulate(result: CompileResult, step: Progress) -> CompileResult:
     from engine.sim.timeline import SimOptions, simulate
 
     step("simulate", 0, 1)
-    result.sim = simulate(result.optimized, result.target, SimOptions(pins=dict(result.options.pins) or None))
+    # The quantized model's per-node precisions (int16 raises, float layers) price each op.
+    precisions = dict(result.quant.model.node_precision) if result.quant is not None else None
+    result.sim = simulate(result.optimized, result.target,
+                          SimOptions(pins=dict(result.options.pins) or None, precisions=precisions))
     step("simulate", 1, 1)
     return result

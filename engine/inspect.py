@@ -56,7 +56,7 @@ def summarize(graph: Graph) -> dict[str, Any]:
         "macs": macs,
         "unsupported_ops": unsupported,
         "nodes_without_work": unknown_work,
-        "diagnostics": [d.to_json() for d in getattr(graph, "diagnostics", [])],
+        "diagnostics": [d.to_json() for d in graph.diagnostics],
         "supported_op_count": len(supported),
     }
 

@@ -189,8 +189,8 @@ def load_proto(proto: ModelProto, where: str, base_dir: Path | None,
             raise ModelError(f"{where}: invalid model: {first}") from None
     if shapes:
         fix_shapes(graph, shapes, where)
-    graph.diagnostics = weight_diagnostics(graph) + infer_shapes(graph)  # type: ignore[attr-defined]
-    graph.source_path = where  # type: ignore[attr-defined]
+    graph.diagnostics = weight_diagnostics(graph) + infer_shapes(graph)
+    graph.source_path = where
     return graph
 
 

@@ -378,7 +378,7 @@ def apply_edits(graph: Graph, edits: Mapping[str, Any]) -> None:
         by_name[name].type = _type_from_doc(doc)
     from engine.ir.infer import infer_shapes
 
-    graph.diagnostics = infer_shapes(graph)  # type: ignore[attr-defined]
+    graph.diagnostics = infer_shapes(graph)
 
 
 def _wire(graph: Graph, node: Node, names: list[str]) -> None:

@@ -66,3 +66,10 @@ def prod(xs: Sequence[int]) -> int:
     for x in xs:
         p *= int(x)
     return p
+
+
+def static_dims(shape: Sequence[Dim] | None) -> list[int] | None:
+    """The shape as ints, or None when it is unknown or has a symbolic dimension."""
+    if shape is None or not all(isinstance(d, int) for d in shape):
+        return None
+    return [int(d) for d in shape]

@@ -15,7 +15,17 @@ import numpy as np
 from nodes._util import broadcast_shapes, norm_axis
 from nodes.elementwise import erf, is_low_float
 from nodes.registry import register, register_spec
-from nodes.spec import AttrSpec, FnSpec, NodeContext, OpError, OpSpec, Port, RunContext
+from nodes.spec import (
+    ELEMENTWISE_QUANT,
+    AttrSpec,
+    FnSpec,
+    NodeContext,
+    OpError,
+    OpSpec,
+    Port,
+    QuantSpec,
+    RunContext,
+)
 from nodes.types import TensorType
 
 Fn = Callable[[np.ndarray, dict[str, Any]], np.ndarray]
@@ -187,8 +197,15 @@ _POINTWISE: tuple[tuple[str, Fn, int, tuple[AttrSpec, ...], str, bool], ...] = (
     ("Swish", _swish, 24, (AttrSpec("alpha", _F, 1.0, "sigmoid input scale"),), "x * sigmoid(alpha * x).", False),
 )
 
+# Activations an integer NPU runs on quantized tensors (a LUT or a fixed-point kernel); Relu
+# also runs as the epilogue of the compute op before it.
+_INT8_ACTIVATIONS = {"Relu": QuantSpec("elementwise", epilogue=True), "LeakyRelu": ELEMENTWISE_QUANT,
+                     "Sigmoid": ELEMENTWISE_QUANT, "HardSigmoid": ELEMENTWISE_QUANT,
+                     "HardSwish": ELEMENTWISE_QUANT, "Tanh": ELEMENTWISE_QUANT, "Gelu": ELEMENTWISE_QUANT}
+
 for _name, _fn, _since, _attrs, _doc, _int_ok in _POINTWISE:
-    register_spec(PointwiseSpec(_name, _fn, _since, _attrs, _doc, _int_ok))
+    _spec = register_spec(PointwiseSpec(_name, _fn, _since, _attrs, _doc, _int_ok))
+    _spec.quant = _INT8_ACTIVATIONS.get(_name)
 
 
 @register("PRelu", since=16)
@@ -275,6 +292,8 @@ class _AxisSoftSpec(OpSpec):
 @register("Softmax", since=13)
 class SoftmaxSpec(_AxisSoftSpec):
     """exp(x) / sum(exp(x)) along an axis."""
+
+    quant = ELEMENTWISE_QUANT
 
     doc = "Normalized exponential along an axis (opset < 13: over the trailing dims from axis)."
 

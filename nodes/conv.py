@@ -17,10 +17,21 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from nodes._util import prod
+from nodes._util import prod, static_dims
 from nodes.registry import register
 from nodes.rules import WINDOW_RULES
-from nodes.spec import AttrSpec, NodeContext, OpError, OpSpec, Port, RunContext, Work, ints
+from nodes.spec import (
+    AttrSpec,
+    Gemm,
+    NodeContext,
+    OpError,
+    OpSpec,
+    Port,
+    QuantSpec,
+    RunContext,
+    Work,
+    ints,
+)
 from nodes.types import Dim, TensorType
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
@@ -250,6 +261,18 @@ IM2COL_CHUNK_BYTES = 32 << 20
 """Largest im2col buffer built at once; bigger convolutions are computed in bands of output rows."""
 
 
+def conv_gemm(ctx: NodeContext, x_index: int = 0, w_index: int = 1, transposed: bool = False) -> list[Gemm] | None:
+    """A convolution as im2col GEMMs: M = output pixels, K = C/group * kernel, N = filters per group
+    (transposed: M = input pixels, K = C/group, N = M/group * kernel, scattered afterwards)."""
+    x, w, y = static_dims(ctx.shape(x_index)), static_dims(ctx.shape(w_index)), static_dims(ctx.out_type(0).shape)
+    if x is None or w is None or y is None or len(x) < 3 or len(w) < 3:
+        return None
+    g = int(ctx.attrs.get("group", 1) or 1)
+    if transposed:
+        return [Gemm(x[0] * prod(x[2:]), x[1] // g, w[1] * prod(w[2:]), g)]
+    return [Gemm(y[0] * prod(y[2:]), w[1] * prod(w[2:]), w[0] // g, g)]
+
+
 def _im2col_matmul(view: np.ndarray, wk: np.ndarray, n_batch: int, group: int, rows: int) -> np.ndarray:
     """Copy a (N, C, *k, *out) window view into columns and multiply by the weights."""
     cols = view.reshape(n_batch, group, rows, -1)
@@ -308,6 +331,8 @@ def conv_nd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequenc
 class ConvSpec(OpSpec):
     """Convolution of an N-D image with a bank of filters."""
 
+    quant = QuantSpec("compute", weight_input=1, bias_input=2, weight_axis=lambda node: 0)
+
     doc = "N-D convolution (groups, dilations, strides, explicit or automatic padding)."
     rules = WINDOW_RULES
     inputs = (Port("X", doc="(N, C, D1, ...)"), Port("W", doc="(M, C/group, k1, ...)"),
@@ -340,6 +365,10 @@ class ConvSpec(OpSpec):
             geom = ctx.cache[key] = (*conv_geometry(ctx.attrs, x.shape, w.shape), int(ctx.attrs["group"]))
         strides, dils, pb, pe, group = geom
         return conv_nd(x, w, b, strides, dils, pb, pe, group).astype(x.dtype, copy=False)
+
+    def gemm(self, ctx: NodeContext) -> list[Gemm] | None:
+        """im2col: output pixels x (C/group * kernel) x filters per group, per group."""
+        return conv_gemm(ctx)
 
     def work(self, ctx: NodeContext) -> Work:
         """MACs = N * M * prod(out) * (C/group) * prod(kernel)."""
@@ -392,6 +421,8 @@ def _convtranspose_geometry(in_sizes: Sequence[Dim], kernel: Sequence[int], stri
 class ConvTransposeSpec(OpSpec):
     """Transposed (fractionally strided) convolution."""
 
+    quant = QuantSpec("compute", weight_input=1, bias_input=2, weight_axis=lambda node: 1)
+
     doc = "N-D transposed convolution (output_padding, output_shape, groups, dilations)."
     rules = WINDOW_RULES
     inputs = (Port("X", doc="(N, C, D1, ...)"), Port("W", doc="(C, M/group, k1, ...)"),
@@ -400,6 +431,10 @@ class ConvTransposeSpec(OpSpec):
     attrs = (*_CONV_ATTRS,
              AttrSpec("output_padding", "ints", None, "Extra size added at the end of each spatial axis."),
              AttrSpec("output_shape", "ints", None, "Explicit output spatial shape (pads are derived)."))
+
+    def gemm(self, ctx: NodeContext) -> list[Gemm] | None:
+        """Input pixels x C/group x (M/group * kernel) per group, then a scatter of the taps."""
+        return conv_gemm(ctx, transposed=True)
 
     def infer(self, ctx: NodeContext) -> list[TensorType]:
         """(N, M, *out_spatial)."""

@@ -14,7 +14,17 @@ import numpy as np
 
 from nodes._util import broadcast_infer, broadcast_shapes, same_as_input
 from nodes.registry import register, register_spec
-from nodes.spec import AttrSpec, FnSpec, NodeContext, OpError, OpSpec, Port, RunContext
+from nodes.spec import (
+    ELEMENTWISE_QUANT,
+    AttrSpec,
+    FnSpec,
+    NodeContext,
+    OpError,
+    OpSpec,
+    Port,
+    QuantSpec,
+    RunContext,
+)
 from nodes.types import TensorType
 
 _NATIVE_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -145,8 +155,10 @@ for _name, _fn, _since in (
     ("Mul", np.multiply, 14),
     ("Div", _div, 14),
 ):
-    register_spec(BinarySpec(_name, _low_float_binary(_fn), _since,
-                             doc=f"Elementwise {_name} with broadcasting."))
+    _spec = register_spec(BinarySpec(_name, _low_float_binary(_fn), _since,
+                                     doc=f"Elementwise {_name} with broadcasting."))
+    if _name != "Div":
+        _spec.quant = ELEMENTWISE_QUANT
 
 
 # -- Pow and Mod ---------------------------------------------------------------------------------
@@ -394,6 +406,7 @@ class ClipSpec(OpSpec):
     """Limit values to [min, max]: attributes before opset 11, optional inputs from 11."""
 
     family = "elementwise"
+    quant = QuantSpec("elementwise", float_inputs=frozenset({1, 2}), epilogue=True)  # Relu6 in a Conv
     doc = "Clamp every element to [min, max]; when min > max every element becomes max."
     inputs = (Port("input"), Port("min", optional=True), Port("max", optional=True))
     outputs = (Port("output"),)

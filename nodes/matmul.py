@@ -5,9 +5,19 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from nodes._util import broadcast_shapes, prod
+from nodes._util import broadcast_shapes, prod, static_dims
 from nodes.registry import register
-from nodes.spec import AttrSpec, NodeContext, OpError, OpSpec, Port, RunContext, Work
+from nodes.spec import (
+    AttrSpec,
+    Gemm,
+    NodeContext,
+    OpError,
+    OpSpec,
+    Port,
+    QuantSpec,
+    RunContext,
+    Work,
+)
 from nodes.types import Dim, TensorType
 
 _LOW_PRECISION = frozenset({np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)})
@@ -36,6 +46,29 @@ def matmul_shape(a: tuple[Dim, ...] | None, b: tuple[Dim, ...] | None) -> tuple[
     return tuple(out)
 
 
+def matmul_gemm(ctx: NodeContext, a_index: int = 0, b_index: int = 1) -> list[Gemm] | None:
+    """numpy-matmul operands as GEMMs: a shared weight matrix folds A's batch dims into M, a
+    batched B makes one GEMM per broadcast batch element."""
+    a, b = static_dims(ctx.shape(a_index)), static_dims(ctx.shape(b_index))
+    if a is None or b is None or not a or not b:
+        return None
+    a2 = [1, *a] if len(a) == 1 else a
+    b2 = [*b, 1] if len(b) == 1 else b
+    m, k, n = a2[-2], a2[-1], b2[-1]
+    if len(b2) == 2:
+        return [Gemm(m * prod(a2[:-2]), k, n)]
+    ba, bb = a2[:-2], b2[:-2]
+    width = max(len(ba), len(bb))
+    ba, bb = [1] * (width - len(ba)) + ba, [1] * (width - len(bb)) + bb
+    return [Gemm(m, k, n, batch=max(1, prod(max(x, z) for x, z in zip(ba, bb))))]
+
+
+def _matmul_weight_axis(node) -> int:
+    """Output channels of a MatMul weight are its last axis."""
+    w = node.inputs[1]
+    return (w.const.ndim - 1) if w is not None and w.const is not None else 1
+
+
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``np.matmul`` that folds batch dims into one BLAS call when B is a matrix.
 
@@ -57,6 +90,11 @@ class MatMulSpec(OpSpec):
 
     doc = "Matrix product like numpy.matmul: 1-D operands are promoted and batch dims broadcast."
     inputs = (Port("A"), Port("B"))
+    quant = QuantSpec("compute", weight_input=1, weight_axis=_matmul_weight_axis)
+
+    def gemm(self, ctx: NodeContext) -> list[Gemm] | None:
+        """M x K x N with A's batch dims folded into M (shared weights) or one GEMM per batch."""
+        return matmul_gemm(ctx)
 
     def infer(self, ctx: NodeContext) -> list[TensorType]:
         """Broadcast batch dims, M from A, N from B."""
@@ -88,6 +126,8 @@ class GemmSpec(OpSpec):
 
     doc = "General matrix multiply: alpha * op(A) @ op(B) + beta * C; C broadcasts to (M, N)."
     inputs = (Port("A"), Port("B"), Port("C", optional=True))
+    quant = QuantSpec("compute", weight_input=1, bias_input=2,
+                      weight_axis=lambda node: 0 if node.attrs.get("transB", 0) else 1)
     attrs = (
         AttrSpec("alpha", "float", 1.0, "Scalar multiplier of A @ B."),
         AttrSpec("beta", "float", 1.0, "Scalar multiplier of C."),
@@ -143,6 +183,14 @@ class GemmSpec(OpSpec):
             cc = c if beta == 1.0 else c * np.asarray(beta, dtype=c.dtype)
             y = y + cc
         return y.astype(dt, copy=False)
+
+    def gemm(self, ctx: NodeContext) -> list[Gemm] | None:
+        """op(A) (M x K) @ op(B) (K x N)."""
+        a, b = static_dims(ctx.shape(0)), static_dims(ctx.shape(1))
+        if a is None or b is None or len(a) != 2 or len(b) != 2:
+            return None
+        m, k = (a[1], a[0]) if ctx.attrs.get("transA") else (a[0], a[1])
+        return [Gemm(m, k, b[0] if ctx.attrs.get("transB") else b[1])]
 
     def work(self, ctx: NodeContext) -> Work:
         """MACs = M * K * N."""

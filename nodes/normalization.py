@@ -12,7 +12,17 @@ import numpy as np
 
 from nodes._util import norm_axis
 from nodes.registry import register
-from nodes.spec import AttrSpec, NodeContext, OpError, OpSpec, Port, RunContext, Work, ints
+from nodes.spec import (
+    AttrSpec,
+    NodeContext,
+    OpError,
+    OpSpec,
+    Port,
+    QuantSpec,
+    RunContext,
+    Work,
+    ints,
+)
 from nodes.types import Dim, TensorType
 
 
@@ -143,6 +153,8 @@ def _stat_shape(shape: tuple[Dim, ...] | None, axis: int) -> tuple[Dim, ...] | N
 @register("LayerNormalization", since=17)
 class LayerNormalizationSpec(_NormSpec):
     """Normalize over the trailing axes from ``axis`` on, then scale and shift."""
+
+    quant = QuantSpec("elementwise", float_inputs=frozenset({1, 2}))  # gamma and beta stay float
 
     doc = "Layer normalization over axes [axis, rank); optional Mean and InvStdDev outputs."
     inputs = (Port("X"), Port("Scale"), Port("B", optional=True))

@@ -24,6 +24,7 @@ from nodes.conv import (
 from nodes.registry import register
 from nodes.rules import WINDOW_RULES
 from nodes.spec import (
+    ELEMENTWISE_QUANT,
     REQUIRED,
     AttrSpec,
     NodeContext,
@@ -132,6 +133,8 @@ def separable_reduce(xp: np.ndarray, kernel: Sequence[int], out: Sequence[int], 
 class MaxPoolSpec(_WindowPool):
     """Max over sliding windows, optionally returning the flat index of each maximum."""
 
+    quant = ELEMENTWISE_QUANT
+
     doc = "Max pooling (ceil_mode, dilations, auto_pad; optional Indices output)."
     accumulates = False
     outputs = (Port("Y"), Port("Indices", optional=True, doc="flat index of each maximum (int64)"))
@@ -195,6 +198,8 @@ def _window_counts(size: int, out: int, k: int, s: int, d: int, lo: int, hi: int
 @register("AveragePool", since=1)
 class AveragePoolSpec(_WindowPool):
     """Mean over sliding windows, with or without the padding in the divisor."""
+
+    quant = ELEMENTWISE_QUANT
 
     doc = "Average pooling (count_include_pad, ceil_mode, dilations, auto_pad)."
     attrs = (*_WINDOW_ATTRS,
@@ -270,6 +275,8 @@ class _GlobalPool(OpSpec):
 @register("GlobalAveragePool", since=1)
 class GlobalAveragePoolSpec(_GlobalPool):
     """Mean over all spatial positions."""
+
+    quant = ELEMENTWISE_QUANT
 
     doc = "Average over all spatial axes (keeps them as size 1)."
 

@@ -15,10 +15,10 @@ import ml_dtypes
 import numpy as np
 
 from nodes._util import norm_axis
-from nodes.conv import conv_geometry, conv_macs, conv_nd, conv_out_shape
-from nodes.matmul import matmul, matmul_shape
+from nodes.conv import conv_gemm, conv_geometry, conv_macs, conv_nd, conv_out_shape
+from nodes.matmul import matmul, matmul_gemm, matmul_shape
 from nodes.registry import register
-from nodes.spec import AttrSpec, NodeContext, OpError, OpSpec, Port, RunContext, Work
+from nodes.spec import AttrSpec, Gemm, NodeContext, OpError, OpSpec, Port, RunContext, Work
 from nodes.types import TensorType, np_dtype
 
 _SUB_BYTE_INTS = ("int4", "uint4", "int2", "uint2")
@@ -122,7 +122,7 @@ def _clip_inplace(q: np.ndarray, lo: float, hi: float) -> np.ndarray:
     return q
 
 
-def quantize(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None, out_dtype: np.dtype,
+def quantize_linear(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None, out_dtype: np.dtype,
              axis: int = 1, block_size: int = 0, saturate: bool = True,
              precision: np.dtype | None = None) -> np.ndarray:
     """y = saturate(round_half_even(x / scale) + zero_point) in ``out_dtype`` (ONNX QuantizeLinear)."""
@@ -144,7 +144,7 @@ def quantize(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None, ou
     return saturate_cast(q, out_dtype, saturate)
 
 
-def dequantize(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None, out_dtype: np.dtype,
+def dequantize_linear(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None, out_dtype: np.dtype,
                axis: int = 1, block_size: int = 0) -> np.ndarray:
     """y = (x - zero_point) * scale; the subtraction is exact, the product runs in ``out_dtype``."""
     out_dtype = np.dtype(out_dtype)
@@ -223,7 +223,7 @@ class QuantizeLinearSpec(OpSpec):
         """Exact quantization (round half to even, saturation)."""
         a = ctx.attrs
         out = self._out_dtype(zp.dtype if zp is not None else None, a, zp is not None)
-        return quantize(x, scale, zp, out, axis=int(a["axis"]), block_size=int(a["block_size"]),
+        return quantize_linear(x, scale, zp, out, axis=int(a["axis"]), block_size=int(a["block_size"]),
                         saturate=bool(a["saturate"]), precision=_dtype_attr(a.get("precision", 0)))
 
 
@@ -255,7 +255,7 @@ class DequantizeLinearSpec(OpSpec):
         """Exact integer subtraction, then one multiply in the output precision."""
         a = ctx.attrs
         out = self._out_dtype(scale.dtype, a)
-        return dequantize(x, scale, zp, out, axis=int(a["axis"]), block_size=int(a["block_size"]))
+        return dequantize_linear(x, scale, zp, out, axis=int(a["axis"]), block_size=int(a["block_size"]))
 
 
 @register("DynamicQuantizeLinear", since=11)
@@ -284,7 +284,7 @@ class DynamicQuantizeLinearSpec(OpSpec):
             return np.zeros(x.shape, np.uint8), np.asarray(scale), np.asarray(zp)
         zp_f = np.clip(np.rint(np.float32(0) - lo / scale), 0, 255)
         zp = np.asarray(zp_f).astype(np.uint8)
-        y = quantize(xf, np.asarray(scale), zp, np.dtype(np.uint8))
+        y = quantize_linear(xf, np.asarray(scale), zp, np.dtype(np.uint8))
         return y, np.asarray(scale), zp
 
 
@@ -391,6 +391,10 @@ class _IntConvSpec(OpSpec):
     attrs = _CONV_ATTRS
     w_index = 1
 
+    def gemm(self, ctx: NodeContext) -> list[Gemm] | None:
+        """The GEMMs of the float Conv."""
+        return conv_gemm(ctx, 0, self.w_index)
+
     def work(self, ctx: NodeContext) -> Work:
         """MACs as for Conv."""
         w = super().work(ctx)
@@ -399,7 +403,14 @@ class _IntConvSpec(OpSpec):
 
 
 class _IntMatMulSpec(OpSpec):
-    """What MatMulInteger and QLinearMatMul share: MACs as for MatMul."""
+    """What MatMulInteger and QLinearMatMul share: MACs and GEMMs as for MatMul, with B at
+    input ``b_index``."""
+
+    b_index = 1
+
+    def gemm(self, ctx: NodeContext) -> list[Gemm] | None:
+        """The GEMMs of the float MatMul."""
+        return matmul_gemm(ctx, 0, self.b_index)
 
     def work(self, ctx: NodeContext) -> Work:
         """MACs as for MatMul."""
@@ -482,6 +493,7 @@ class QLinearMatMulSpec(_IntMatMulSpec):
     doc = "y = saturate(round((a - a_zp) @ (b - b_zp) * a_scale * b_scale / y_scale) + y_zp)."
     inputs = (Port("a"), Port("a_scale"), Port("a_zero_point"), Port("b"), Port("b_scale"),
               Port("b_zero_point"), Port("y_scale"), Port("y_zero_point"))
+    b_index = 3
 
     def infer(self, ctx: NodeContext) -> list[TensorType]:
         """MatMul shape with the type of y_zero_point."""

@@ -15,7 +15,17 @@ import numpy as np
 
 from nodes._util import norm_axis
 from nodes.registry import register
-from nodes.spec import REQUIRED, AttrSpec, NodeContext, OpError, OpSpec, Port, RunContext, ints
+from nodes.spec import (
+    REQUIRED,
+    AttrSpec,
+    NodeContext,
+    OpError,
+    OpSpec,
+    Port,
+    QuantSpec,
+    RunContext,
+    ints,
+)
 from nodes.types import Dim, TensorType
 
 COORD_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
@@ -231,6 +241,8 @@ class _ResizeParams:
 @register("Resize", since=10)
 class ResizeSpec(OpSpec):
     """Resample a tensor with nearest, (multi-)linear or cubic interpolation."""
+
+    quant = QuantSpec("elementwise", float_inputs=frozenset({1, 2, 3}))  # roi, scales, sizes
 
     doc = "Resize by scales or to sizes (nearest/linear/cubic, every coordinate mode, antialias)."
     inputs = (Port("X"), Port("roi", optional=True, doc="crop box for tf_crop_and_resize (opset 11+)"),

@@ -17,6 +17,7 @@ import numpy as np
 from nodes._util import broadcast_shapes, norm_axis, prod
 from nodes.registry import register
 from nodes.spec import (
+    ELEMENTWISE_QUANT,
     REQUIRED,
     AttrSpec,
     NodeContext,
@@ -395,6 +396,8 @@ def _merge_dim(a: Dim, b: Dim) -> Dim:
 @register("Concat", since=1)
 class Concat(OpSpec):
     """Join inputs along ``axis``."""
+
+    quant = ELEMENTWISE_QUANT
 
     doc = "Concatenate tensors along an axis."
     inputs = (Port("inputs", variadic=True),)

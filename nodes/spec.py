@@ -100,11 +100,6 @@ class Work:
     bytes_written: int = 0
     weight_bytes: int = 0
 
-    @property
-    def bytes_total(self) -> int:
-        """Bytes read plus bytes written."""
-        return self.bytes_read + self.bytes_written
-
 
 class NodeContext:
     """What inference, work and support rules see of one node."""
@@ -191,6 +186,9 @@ class OpSpec:
     rules: tuple[Callable[..., bool], ...] = ()
     # Ops whose output is not a pure function of the inputs must not be constant-folded.
     deterministic: bool = True
+    # How the quantizer treats the op (None: it stays float, between DequantizeLinear and
+    # QuantizeLinear of its neighbours).
+    quant: QuantSpec | None = None
 
     def __init__(self) -> None:
         self._attr_index = {a.name: a for a in self.attrs}
@@ -222,6 +220,11 @@ class OpSpec:
         """Outputs computable from input types alone (Shape, Size), else None."""
         return None
 
+    def gemm(self, ctx: NodeContext) -> list[Gemm] | None:
+        """The matrix products the op lowers to on a MAC array (override), or None when it is not
+        a matrix product or its shapes are not static."""
+        return None
+
     def work(self, ctx: NodeContext) -> Work:
         """Work of one execution: default is one element op per output element."""
         w = Work()
@@ -239,6 +242,46 @@ class OpSpec:
 
     def __repr__(self) -> str:
         return f"<OpSpec {self.domain + '::' if self.domain else ''}{self.op_type}>"
+
+
+@dataclass(frozen=True)
+class QuantSpec:
+    """How an integer NPU quantizes the op; the quantizer reads this and no list of op types.
+
+    ``compute`` ops (Conv, Gemm, MatMul) get a quantized weight (input ``weight_input``, per
+    output channel along ``weight_axis(node)``), an int32 bias (input ``bias_input``) and a
+    requantized output. ``elementwise`` ops get quantized data inputs and output. Inputs in
+    ``float_inputs`` stay float (Clip bounds, Resize scales and sizes, LayerNorm's gamma and
+    beta). An ``epilogue`` op (Relu, Clip) that follows a compute op runs inside it, with no
+    requantization in between.
+    """
+
+    role: str
+    weight_input: int | None = None
+    bias_input: int | None = None
+    weight_axis: Callable[[Any], int] | None = None
+    float_inputs: frozenset[int] = frozenset()
+    epilogue: bool = False
+
+    def __post_init__(self) -> None:
+        if self.role not in ("compute", "elementwise"):
+            raise ValueError(f"quantization role must be compute or elementwise, got {self.role!r}")
+
+
+ELEMENTWISE_QUANT = QuantSpec("elementwise")
+"""The quantization of an op whose inputs and output are simply quantized tensors."""
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """A matrix product an op computes: ``groups`` independent (m x k) @ (k x n) products per
+    ``batch``. The cost model maps it onto a MAC array (how groups share columns is hardware)."""
+
+    m: int
+    k: int
+    n: int
+    groups: int = 1
+    batch: int = 1
 
 
 class FnSpec(OpSpec):

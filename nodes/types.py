@@ -108,10 +108,6 @@ class TensorType:
             return None
         return n * (np.dtype(self.dtype).itemsize if self.dtype != np.dtype(object) else 8)
 
-    def with_shape(self, shape: tuple[Dim, ...] | None) -> TensorType:
-        """A copy with another shape."""
-        return TensorType(self.dtype, shape)
-
     def __str__(self) -> str:
         dims = "?" if self.shape is None else "x".join(str(d) if d is not None else "?" for d in self.shape)
         return f"{dtype_name(self.dtype)}[{dims}]"

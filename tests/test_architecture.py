@@ -64,6 +64,23 @@ def test_layers_form_a_staircase(pkg):
     assert not bad, "\n".join(bad)
 
 
+GC_OR_INTERPRETER_CALLS = {("gc", "disable"), ("gc", "enable"), ("gc", "freeze"), ("gc", "unfreeze"),
+                           ("gc", "set_threshold"), ("sys", "setswitchinterval"), ("sys", "setrecursionlimit")}
+
+
+@pytest.mark.parametrize("pkg", ["engine", "nodes"])
+def test_core_never_tunes_the_interpreter(pkg):
+    """Garbage-collector and interpreter settings are process-wide: library code never changes them."""
+    bad = []
+    for path in _modules(pkg):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and isinstance(node.func.value, ast.Name) \
+                    and (node.func.value.id, node.func.attr) in GC_OR_INTERPRETER_CALLS:
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.func.value.id}.{node.func.attr}")
+    assert not bad, "\n".join(bad)
+
+
 @pytest.mark.parametrize("pkg", ["engine", "nodes"])
 def test_core_never_imports_qt_or_app(pkg):
     bad = []

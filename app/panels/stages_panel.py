@@ -80,6 +80,6 @@ class StagesPanel(QDockWidget):
                 it.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             self.table.setItem(len(stages), c, it)
         src = result.compile.source
-        name = Path(str(getattr(src, "source_path", "") or "")).stem or src.name or "model"
+        name = Path(src.source_path).stem or src.name or "model"
         self.title.setText(f"<b>{name}</b> on {result.compile.target.name}: "
                            f"where one inference's time goes, host pipeline included")

@@ -40,9 +40,8 @@ def fused_groups(result: CompileResult) -> list[dict[str, Any]]:
         prov = n.meta.get("provenance")
         if prov:
             rec = {"node": n.name, "op_type": n.op_type, "from": list(prov)}
-            act = n.meta.get("activation")
-            if act:
-                rec["activation"] = act.get("op_type")
+            if n.activation:
+                rec["activation"] = n.activation.op_type
             out.append(rec)
     return out
 
@@ -54,7 +53,7 @@ def _tool_version() -> str:
 
 
 def _model_entry(result: CompileResult) -> dict[str, Any]:
-    src = getattr(result.source, "source_path", "") or result.source.name
+    src = result.source.source_path or result.source.name
     proto = to_onnx(result.source).SerializeToString()
     return {"name": Path(str(src)).stem if src else result.source.name, "sha256": _sha256(proto),
             "inputs": [{"name": v.name, "shape": list(v.type.shape or ()), "dtype": str(v.type.dtype)}

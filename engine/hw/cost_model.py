@@ -17,7 +17,7 @@ Memory time is DRAM traffic over bandwidth plus one access latency. Weights are 
 (over their own port when the target has one, e.g. flash). A GEMM whose operands do not fit
 the SRAM tile budget re-fetches activations once per weight chunk. Intermediates that the
 placement keeps on chip (a fused chain whose tensor fits the residency budget) cost no
-traffic. A fused activation (``node.meta["activation"]``) is a free epilogue.
+traffic. A fused activation (``node.activation``) is a free epilogue.
 
 Latency = max(compute, memory) + per-op overhead; ``bound`` names the largest term (vela's
 roofline). CPU ops use the same roofline with the CPU's peak GFLOPS and bandwidth. Layout or
@@ -27,16 +27,14 @@ precision conversions at device boundaries cost the bytes they read and write.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from engine.hw.target import HardwareTarget
 from engine.ir.graph import Node
 from engine.place.support import GraphFacts, NodeFacts
-from nodes.spec import NodeContext
+from nodes import registry
+from nodes.spec import Gemm, NodeContext
 
-GEMM_OPS = {"Conv", "ConvInteger", "QLinearConv", "ConvTranspose", "MatMul", "MatMulInteger",
-            "QLinearMatMul", "Gemm"}
 VIEW_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Shape", "Size"}
 """Ops that only relabel a tensor or read its metadata: no data moves on either device."""
 ABSORBED_ON_NPU = {"QuantizeLinear", "DequantizeLinear"}
@@ -91,10 +89,6 @@ class OpCost:
         """max(compute, memory) + overhead."""
         return max(self.compute_us, self.memory_us) + self.overhead_us
 
-    def at_clock(self, ratio: float) -> float:
-        """Latency with the NPU clock at ``ratio`` of peak (memory time is not clocked)."""
-        return max(self.compute_us / ratio, self.memory_us) + self.overhead_us
-
 
 def bound_of(compute: float, memory: float, overhead: float) -> str:
     """Which of the three terms is largest (ties favour compute, then memory)."""
@@ -121,64 +115,21 @@ def fold_cycles(m: int, k: int, n: int, rows: int, cols: int, dataflow: str = "o
     return folds * (2 * rows + cols + t - 2), folds
 
 
-def _static(shape) -> list[int] | None:
-    if shape is None or not all(isinstance(d, int) for d in shape):
-        return None
-    return [int(d) for d in shape]
-
-
-def _prod(xs: Iterable[int]) -> int:
-    p = 1
-    for x in xs:
-        p *= x
-    return p
-
-
-def _grouped(m: int, k: int, n_per_group: int, groups: int, cols: int) -> list[GemmShape]:
-    if groups <= 1:
-        return [GemmShape(m, k, n_per_group)]
-    side = max(1, cols // max(1, n_per_group))  # groups side by side on the columns
-    side = min(side, groups)
-    return [GemmShape(m, k, n_per_group * side, math.ceil(groups / side))]
+def _on_columns(g: Gemm, cols: int) -> GemmShape:
+    """An op's matrix product on a MAC array: grouped GEMMs sit side by side on the columns
+    (as many groups as fit), the rest repeat; batches repeat."""
+    if g.groups <= 1:
+        return GemmShape(g.m, g.k, g.n, g.batch)
+    side = min(g.groups, max(1, cols // max(1, g.n)))
+    return GemmShape(g.m, g.k, g.n * side, math.ceil(g.groups / side) * g.batch)
 
 
 def gemm_shapes(node: Node, ctx: NodeContext, cols: int) -> list[GemmShape] | None:
-    """The GEMMs a node lowers to on a MAC array, or None when it is not GEMM-like or not static."""
-    op = node.op_type
-    if op not in GEMM_OPS:
-        return None
-    if op in ("Conv", "ConvInteger", "QLinearConv", "ConvTranspose"):
-        xi, wi = (0, 3) if op == "QLinearConv" else (0, 1)
-        x, w, y = _static(ctx.shape(xi)), _static(ctx.shape(wi)), _static(ctx.out_type(0).shape)
-        if x is None or w is None or y is None or len(x) < 3 or len(w) < 3:
-            return None
-        g = int(ctx.attrs.get("group", 1) or 1)
-        if op == "ConvTranspose":
-            m = x[0] * _prod(x[2:])
-            return _grouped(m, x[1] // g, w[1] * _prod(w[2:]), g, cols)
-        m = y[0] * _prod(y[2:])
-        return _grouped(m, w[1] * _prod(w[2:]), w[0] // g, g, cols)
-    if op == "Gemm":
-        a, b = _static(ctx.shape(0)), _static(ctx.shape(1))
-        if a is None or b is None or len(a) != 2 or len(b) != 2:
-            return None
-        m, k = (a[1], a[0]) if ctx.attrs.get("transA") else (a[0], a[1])
-        n = b[0] if ctx.attrs.get("transB") else b[1]
-        return [GemmShape(m, k, n)]
-    ai, bi = (0, 3) if op == "QLinearMatMul" else (0, 1)
-    a, b = _static(ctx.shape(ai)), _static(ctx.shape(bi))
-    if a is None or b is None:
-        return None
-    a2 = [1, *a] if len(a) == 1 else a
-    b2 = [*b, 1] if len(b) == 1 else b
-    m, k, n = a2[-2], a2[-1], b2[-1]
-    if len(b2) == 2:  # shared weight matrix: fold A's batch dims into M
-        return [GemmShape(m * _prod(a2[:-2]), k, n)]
-    ba, bb = a2[:-2], b2[:-2]
-    width = max(len(ba), len(bb))
-    ba, bb = [1] * (width - len(ba)) + ba, [1] * (width - len(bb)) + bb
-    batch = _prod(max(x, z) for x, z in zip(ba, bb))  # broadcast batch dims
-    return [GemmShape(m, k, n, max(1, batch))]
+    """The GEMMs a node lowers to on a MAC array (its OpSpec's ``gemm``), or None when it is not
+    GEMM-like or not static."""
+    spec = registry.get(node.op_type, node.domain)
+    gemms = spec.gemm(ctx) if spec is not None else None
+    return [_on_columns(g, cols) for g in gemms] if gemms else None
 
 
 class CostModel:
@@ -205,8 +156,9 @@ class CostModel:
                 c, fo = fold_cycles(s.m, s.k, s.n, npu.rows, npu.cols, npu.dataflow)
                 cycles += c * s.repeats
                 folds += fo * s.repeats
-            cycles = math.ceil(cycles / npu.rate)
-            util = f.work.macs / (cycles * npu.macs_per_cycle) if cycles else 0.0
+            macs_per_cycle = npu.precisions.get(f.precision, npu.macs_per_cycle) if f.precision else npu.macs_per_cycle
+            cycles = math.ceil(cycles / (macs_per_cycle / (npu.rows * npu.cols)))
+            util = f.work.macs / (cycles * macs_per_cycle) if cycles else 0.0
             return cycles, folds, min(1.0, util)
         ops = f.work.macs + f.work.elem_ops
         return math.ceil(ops / npu.vector_ops_per_cycle), 0, 0.0

@@ -134,11 +134,6 @@ class NpuProfile:
         return self.macs_per_cycle / (self.rows * self.cols)
 
     @property
-    def element_bytes(self) -> int:
-        """Bytes of one element at the precision in use."""
-        return DTYPE_BYTES[PRECISION_DTYPES[self.precision]]
-
-    @property
     def peak_tops(self) -> float:
         """Peak tera-ops per second (2 ops per MAC) at the precision in use."""
         return 2 * self.macs_per_cycle * self.clock_mhz * 1e6 / 1e12

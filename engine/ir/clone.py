@@ -3,7 +3,7 @@
 Constant arrays are shared between the original and the clone: the IR treats arrays held in
 initializers and attributes as immutable (passes build new arrays instead of writing into
 old ones), so sharing them is safe and keeps a clone cheap. Node metadata is copied one
-level deep (``meta["provenance"]`` lists and ``meta["activation"]`` dicts are copied).
+level deep (``meta["provenance"]`` lists are copied); a fused ``activation`` is immutable and shared.
 """
 
 from __future__ import annotations
@@ -34,15 +34,8 @@ def _copy_attr(value: Any, new_parent: Graph, vmap: dict[int, Value]) -> Any:
 
 def _clone(src: Graph, parent: Graph | None, vmap: dict[int, Value]) -> Graph:
     g = Graph(src.name, parent)
-    g.doc_string = src.doc_string
-    for attr in ("opset_imports", "metadata_props"):
-        setattr(g, attr, dict(getattr(src, attr)))
-    for attr in ("ir_version", "producer_name", "producer_version", "model_version", "model_doc_string"):
-        setattr(g, attr, getattr(src, attr))
-    g.functions = list(src.functions)
-    g.sparse_initializers = list(src.sparse_initializers)
-    if hasattr(src, "overridable"):
-        g.overridable = list(src.overridable)  # type: ignore[attr-defined]
+    for attr in Graph.COPIED_FIELDS:
+        setattr(g, attr, copy.copy(getattr(src, attr)))
 
     def value(v: Value) -> Value:
         nv = vmap.get(id(v))
@@ -67,6 +60,7 @@ def _clone(src: Graph, parent: Graph | None, vmap: dict[int, Value]) -> Graph:
         node.attr_types = dict(src_node.attr_types)
         node.doc_string = src_node.doc_string
         node.meta = _copy_meta(src_node.meta) if src_node.meta else {}
+        node.activation = src_node.activation
         node.graph = g
         # Use-def links directly (add_node would emit an event and bump the version per node).
         for i, v in enumerate(node._inputs):
@@ -92,16 +86,12 @@ def _clone(src: Graph, parent: Graph | None, vmap: dict[int, Value]) -> Graph:
 def clone_graph(graph: Graph) -> Graph:
     """An independent copy of ``graph`` (and its subgraphs) with the same names.
 
-    Extra attributes a loader attached (``diagnostics``, ``source_path``) are copied too.
-    Event listeners are not: the clone starts with no observers.
+    Every field in ``Graph.COPIED_FIELDS`` is copied (the loader's ``diagnostics`` and
+    ``source_path`` among them). Event listeners are not: the clone starts with no observers.
     """
     vmap: dict[int, Value] = {}
     # Outer-scope values of a subgraph clone map to themselves when cloning a subgraph alone.
-    g = _clone(graph, graph.parent, vmap)
-    for attr in ("diagnostics", "source_path"):
-        if hasattr(graph, attr):
-            setattr(g, attr, copy.copy(getattr(graph, attr)))
-    return g
+    return _clone(graph, graph.parent, vmap)
 
 
 class Checkpoint:
@@ -120,7 +110,7 @@ class Checkpoint:
         while stack:
             g = stack.pop()
             nodes = [(n, n._inputs[:], n.outputs[:], n.attrs.copy(), n.attr_types.copy(), n.meta.copy(),
-                      n.op_type, n.name, n.domain) for n in g._nodes.values()]
+                      n.activation, n.op_type, n.name, n.domain) for n in g._nodes.values()]
             for n in g._nodes.values():
                 for a in n.attrs.values():
                     if isinstance(a, (Graph, list)):
@@ -129,24 +119,23 @@ class Checkpoint:
             values = [(v, v.name, v.type, v.const) for v in g.values.values()]
             self._graphs.append((g, nodes, values, dict(g._nodes), dict(g.values), dict(g.initializers),
                                  list(g.inputs), list(g.outputs), dict(g.opset_imports), g.ir_version,
-                                 list(getattr(g, "overridable", []) or []), hasattr(g, "overridable")))
+                                 list(g.overridable)))
 
     def restore(self) -> Graph:
         """Put every recorded field back; returns the graph."""
         for (g, nodes, values, node_table, value_table, inits, inputs, outputs, opsets, ir_version,
-             overridable, had_overridable) in self._graphs:
+             overridable) in self._graphs:
             # Fresh copies again: the checkpoint may be restored more than once.
-            for n, inputs_, outputs_, attrs, attr_types, meta, op_type, name, domain in nodes:
+            for n, inputs_, outputs_, attrs, attr_types, meta, activation, op_type, name, domain in nodes:
                 n._inputs, n.outputs, n.attrs = list(inputs_), list(outputs_), dict(attrs)
-                n.attr_types, n.meta = dict(attr_types), dict(meta)
+                n.attr_types, n.meta, n.activation = dict(attr_types), dict(meta), activation
                 n.op_type, n.name, n.domain, n.graph = op_type, name, domain, g
             for v, name, type_, const in values:
                 v.name, v.type, v.const, v.graph = name, type_, const, g
                 v._producer, v._producer_index, v._uses = None, -1, []
             g._nodes, g.values, g.initializers = dict(node_table), dict(value_table), dict(inits)
             g.inputs, g.outputs, g.opset_imports, g.ir_version = list(inputs), list(outputs), dict(opsets), ir_version
-            if had_overridable:
-                g.overridable = list(overridable)  # type: ignore[attr-defined]
+            g.overridable = list(overridable)
         for _g, nodes, *_ in self._graphs:  # values read but registered nowhere (dangling)
             for n, *_rest in nodes:
                 for v in n._inputs:

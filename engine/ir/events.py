@@ -59,7 +59,6 @@ class EventSource:
 
     def __init__(self) -> None:
         self._listeners: list[Listener] = []
-        self._muted = 0
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         """Add a listener; returns a function that removes it again."""
@@ -72,8 +71,6 @@ class EventSource:
         return unsubscribe
 
     def emit(self, event: GraphEvent) -> None:
-        """Call every listener with ``event`` (unless muted)."""
-        if self._muted:
-            return
+        """Call every listener with ``event``."""
         for listener in list(self._listeners):
             listener(event)

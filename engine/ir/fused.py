@@ -1,15 +1,16 @@
 """Fused activations: a Conv/Gemm (or any single-output op) that also applies an activation.
 
-A fused node is the same op with ``node.meta["activation"]``, a record::
+A fused node is the same op with ``node.activation``, a validated ``FusedActivation``::
 
-    {"op_type": "Relu", "attrs": {}, "names": ["relu1"]}
+    FusedActivation("Clip", {"min": 0.0, "max": 6.0}, names=("relu6",))
 
 ``names`` are the original activation node names (they name the nodes again when the fused
 node is written back as standard ONNX). The activation is spelled out as *steps*, each one
-standard ONNX op, so that the executor and the ONNX writer use the same definition:
+standard ONNX op, so that the executor, the ONNX writer, the node counts of the optimizer
+report and every other reader use the same definition:
 
 =============  ===================================================  ======================
-record         meaning                                              steps
+op_type        meaning                                              steps
 =============  ===================================================  ======================
 Relu           max(x, 0)                                            Relu(x)
 Clip           min(max(x, min), max); Relu6 is Clip(0, 6)           Clip(x, min, max)
@@ -30,8 +31,13 @@ from typing import Any
 
 import numpy as np
 
-FUSABLE_ACTIVATIONS = ("Relu", "Clip", "LeakyRelu", "HardSigmoid", "HardSwish", "Sigmoid", "Tanh", "SiLU")
-"""Activations a producer node may carry in ``meta["activation"]``."""
+ACTIVATION_ATTRS: dict[str, tuple[str, ...]] = {
+    "Relu": (), "Clip": ("min", "max"), "LeakyRelu": ("alpha",), "HardSigmoid": ("alpha", "beta"),
+    "HardSwish": (), "Sigmoid": (), "Tanh": (), "SiLU": (),
+}
+"""The activations a producer node may carry (``node.activation``) and the attributes of each."""
+
+FUSABLE_ACTIVATIONS = tuple(ACTIVATION_ATTRS)
 
 X = "x"  # a step input: the fused op's own (pre-activation) output
 PREV = "prev"  # a step input: the previous step's output
@@ -46,10 +52,54 @@ class Step:
     attrs: dict[str, Any] = field(default_factory=dict)
 
 
-def activation_steps(record: dict[str, Any], opset: int, dtype: np.dtype | None = None) -> list[Step]:
-    """The standard ONNX ops that compute ``record`` at this default-domain opset."""
-    op = record["op_type"]
-    attrs = dict(record.get("attrs") or {})
+@dataclass(frozen=True)
+class FusedActivation:
+    """An activation applied to a node's (single) output; immutable, validated at construction.
+
+    ``attrs`` holds only the attributes the activation defines (``ACTIVATION_ATTRS``), as
+    floats; ``names`` the names of the activation nodes it replaced (provenance).
+    """
+
+    op_type: str
+    attrs: dict[str, float] = field(default_factory=dict)
+    names: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        allowed = ACTIVATION_ATTRS.get(self.op_type)
+        if allowed is None:
+            raise ValueError(f"{self.op_type!r} is not a fusable activation ({', '.join(FUSABLE_ACTIVATIONS)})")
+        extra = sorted(set(self.attrs) - set(allowed))
+        if extra:
+            raise ValueError(f"fused {self.op_type} has no attribute {extra[0]!r}")
+        clean = {k: float(v) for k, v in self.attrs.items() if v is not None}
+        object.__setattr__(self, "attrs", clean)
+        object.__setattr__(self, "names", tuple(self.names))
+
+    def __hash__(self) -> int:
+        return hash((self.op_type, tuple(sorted(self.attrs.items())), self.names))
+
+    def steps(self, opset: int, dtype: np.dtype | None = None) -> list[Step]:
+        """The standard ONNX ops that compute it at this default-domain opset."""
+        return activation_steps(self, opset, dtype)
+
+    @property
+    def onnx_nodes(self) -> int:
+        """How many ONNX nodes the writer emits for it (SiLU is Sigmoid + Mul)."""
+        return len(self.steps(13))
+
+    def describe(self) -> str:
+        """A short human text, e.g. ``Clip(0, 6)``."""
+        return describe(self)
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"op_type", "attrs", "names"}`` (the simulate document's op records)."""
+        return {"op_type": self.op_type, "attrs": dict(self.attrs), "names": list(self.names)}
+
+
+def activation_steps(act: FusedActivation, opset: int, dtype: np.dtype | None = None) -> list[Step]:
+    """The standard ONNX ops that compute ``act`` at this default-domain opset."""
+    op = act.op_type
+    attrs = dict(act.attrs)
     dt = np.dtype(dtype) if dtype is not None else np.dtype(np.float32)
     if op == "SiLU":
         return [Step("Sigmoid", [X]), Step("Mul", [X, PREV])]
@@ -69,13 +119,13 @@ def activation_steps(record: dict[str, Any], opset: int, dtype: np.dtype | None 
 
 
 def activation_fn(node: Any, opset: int, dtype: np.dtype | None = None) -> Callable[[np.ndarray], np.ndarray]:
-    """``node.meta["activation"]`` as a function of the op's output, with the registry's reference
+    """``node.activation`` as a function of the op's output, with the registry's reference
     kernels resolved once (the executor keeps it in its plan)."""
     from nodes import registry
     from nodes.spec import REQUIRED, RunContext
 
     compiled = []
-    for step in activation_steps(node.meta["activation"], opset, dtype):
+    for step in activation_steps(node.activation, opset, dtype):
         spec = registry.get(step.op_type)
         if spec is None:
             raise ValueError(f"fused activation {step.op_type!r} of node {node.name!r} has no kernel")
@@ -96,16 +146,16 @@ def activation_fn(node: Any, opset: int, dtype: np.dtype | None = None) -> Calla
 
 
 def run_activation(node: Any, x: np.ndarray, opset: int) -> np.ndarray:
-    """Apply ``node.meta["activation"]`` to ``x`` with the registry's reference kernels."""
+    """Apply ``node.activation`` to ``x`` with the registry's reference kernels."""
     return activation_fn(node, opset, x.dtype)(x)
 
 
-def describe(record: dict[str, Any]) -> str:
-    """A short human text of an activation record, e.g. ``Clip(0, 6)``."""
-    attrs = record.get("attrs") or {}
-    if record["op_type"] == "Clip":
+def describe(act: FusedActivation) -> str:
+    """A short human text of an activation, e.g. ``Clip(0, 6)``."""
+    attrs = act.attrs
+    if act.op_type == "Clip":
         return f"Clip({attrs.get('min')}, {attrs.get('max')})"
     if attrs:
-        inner = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(attrs.items()))
-        return f"{record['op_type']}({inner})"
-    return str(record["op_type"])
+        inner = ", ".join(f"{k}={v:g}" for k, v in sorted(attrs.items()))
+        return f"{act.op_type}({inner})"
+    return act.op_type

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.diagnostics import Diagnostic
 from engine.ir.events import (
     EdgeChanged,
     EventSource,
@@ -22,6 +23,7 @@ from engine.ir.events import (
     NodeChanged,
     NodeRemoved,
 )
+from engine.ir.fused import FusedActivation
 from nodes.types import TensorType
 
 
@@ -64,11 +66,6 @@ class Value:
         return list(seen.values())
 
     @property
-    def is_initializer(self) -> bool:
-        """True for a constant without a producer (an ONNX initializer)."""
-        return self.const is not None and self._producer is None
-
-    @property
     def is_graph_output(self) -> bool:
         """True when some graph lists this value among its outputs."""
         g = self.graph
@@ -107,8 +104,8 @@ class Value:
 class Node:
     """One operator application. ``attrs`` holds plain Python values (Graph for subgraphs)."""
 
-    __slots__ = ("_inputs", "attr_types", "attrs", "doc_string", "domain", "graph", "meta", "name",
-                 "op_type", "outputs")
+    __slots__ = ("_inputs", "activation", "attr_types", "attrs", "doc_string", "domain", "graph", "meta",
+                 "name", "op_type", "outputs")
 
     def __init__(self, op_type: str, inputs: Iterable[Value | None] = (), outputs: Iterable[Value | None] = (),
                  attrs: dict[str, Any] | None = None, name: str = "", domain: str = "") -> None:
@@ -120,8 +117,12 @@ class Node:
         self.attrs: dict[str, Any] = dict(attrs or {})
         self.attr_types: dict[str, int] = {}
         self.doc_string = ""
-        # Free-form metadata that passes and tools add (e.g. "provenance", "activation", "pin").
+        # Free-form metadata that passes and tools add (e.g. "provenance", "pin"); nothing in it
+        # changes what the node computes.
         self.meta: dict[str, Any] = {}
+        # An activation fused into this op (engine.ir.fused): it does change what the node
+        # computes, so it is typed and validated, and every reader goes through it.
+        self.activation: FusedActivation | None = None
         self.graph: Graph | None = None
 
     @property
@@ -240,6 +241,19 @@ class Graph:
         self.metadata_props: dict[str, str] = {}
         self.functions: list[Any] = []  # FunctionProtos kept verbatim
         self.sparse_initializers: list[Any] = []  # SparseTensorProtos kept verbatim
+        # Names of initializers that the file also lists as graph inputs: ONNX lets a caller
+        # feed them, so passes must not fold them (engine.sim.feeds accepts them as inputs).
+        self.overridable: list[str] = []
+        # Where the model was loaded from ("" when built in memory) and what the loader found
+        # (non-finite weights, shape-inference warnings): set by engine.loader, shown by the CLI
+        # and the GUI, carried by clones and checkpoints like every field in COPIED_FIELDS.
+        self.source_path = ""
+        self.diagnostics: list[Diagnostic] = []
+
+    COPIED_FIELDS = ("doc_string", "opset_imports", "ir_version", "producer_name", "producer_version",
+                     "model_version", "model_doc_string", "metadata_props", "functions",
+                     "sparse_initializers", "overridable", "source_path", "diagnostics")
+    """The graph-level fields a clone copies (containers shallowly; nodes and values are rebuilt)."""
 
     # -- reading ---------------------------------------------------------------------------
     @property
@@ -388,10 +402,6 @@ class Graph:
         value.graph = self
         self.values[value.name] = value
         return value
-
-    def make_value(self, name: str, type: TensorType | None = None) -> Value:
-        """Create and register a fresh value with a unique name derived from ``name``."""
-        return self.add_value(Value(self.unique_name(name), type))
 
     def add_input(self, value: Value) -> Value:
         """Append a graph input."""

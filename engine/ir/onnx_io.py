@@ -85,10 +85,9 @@ def _graph_from_proto(gp: GraphProto, parent: Graph | None) -> Graph:
         v = g.add_value(Value(t.name, TensorType.of(arr), const=arr))
         g.initializers[t.name] = v
     g.sparse_initializers = list(gp.sparse_initializer)
-    g.overridable = []  # type: ignore[attr-defined]
     for vi in gp.input:
         if vi.name in g.initializers:
-            g.overridable.append(vi.name)  # type: ignore[attr-defined]
+            g.overridable.append(vi.name)
             continue
         if vi.name in g.values:
             raise ConversionError(f"graph input {vi.name!r} is declared twice")
@@ -230,7 +229,7 @@ def _graph_to_proto(g: Graph) -> GraphProto:
         order = list(g.nodes)
     nodes = []
     fused_names = ({x.name for x in g.nodes} | set(g.values)
-                   if any(x.meta.get("activation") for x in g.nodes) else set())
+                   if any(x.activation for x in g.nodes) else set())
     fused_inits: list[TensorProto] = []
     for n in order:
         np_ = helper.make_node(
@@ -245,9 +244,9 @@ def _graph_to_proto(g: Graph) -> GraphProto:
         for key in sorted(n.attrs):
             np_.attribute.append(_attr_to_proto(key, n.attrs[key], n.attr_types.get(key)))
         nodes.append(np_)
-        if n.meta.get("activation"):  # a fused activation is written back as its standard ops
+        if n.activation:  # a fused activation is written back as its standard ops
             nodes.extend(_activation_protos(g, n, np_, fused_names, fused_inits))
-    overridable = [n for n in getattr(g, "overridable", []) if n in g.initializers]
+    overridable = [n for n in g.overridable if n in g.initializers]
     inputs = [_type_to_proto(v.name, v.type) for v in g.inputs]
     inputs += [_type_to_proto(n, g.initializers[n].type) for n in overridable]
     outputs = [_type_to_proto(v.name, v.type) for v in g.outputs]
@@ -269,8 +268,8 @@ def _activation_protos(g: Graph, n: Node, np_: onnx.NodeProto, taken: set[str],
                        inits: list[TensorProto]) -> list[onnx.NodeProto]:
     """The standard ONNX nodes of ``n``'s fused activation; ``np_`` (the op itself) is renamed to
     write a fresh ``<output>_preact`` value, the last activation node writes the original output
-    and the activation nodes take their original names (``meta["activation"]["names"]``)."""
-    from engine.ir.fused import PREV, X, activation_steps
+    and the activation nodes take their original names (``n.activation.names``)."""
+    from engine.ir.fused import PREV, X
 
     def fresh(base: str) -> str:
         name, k = base, 0
@@ -280,13 +279,14 @@ def _activation_protos(g: Graph, n: Node, np_: onnx.NodeProto, taken: set[str],
         taken.add(name)
         return name
 
-    record = n.meta["activation"]
+    act = n.activation
+    assert act is not None
     out = np_.output[0]
     pre = fresh(f"{out}_preact")
     np_.output[0] = pre
     dtype = n.outputs[0].type.dtype if n.outputs and n.outputs[0] is not None else None
-    steps = activation_steps(record, g.opset(""), dtype)
-    names = list(record.get("names") or [])
+    steps = act.steps(g.opset(""), dtype)
+    names = list(act.names)
     protos, prev = [], pre
     for k, step in enumerate(steps):
         node_name = fresh(names[k] if k < len(names) else f"{n.name}_{step.op_type.lower()}")

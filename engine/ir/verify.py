@@ -12,7 +12,7 @@ def _defined(v: Value, scope: Graph) -> bool:
         return True
     g: Graph | None = scope
     while g is not None:
-        if any(i is v for i in g.inputs) or v.name in getattr(g, "overridable", ()):
+        if any(i is v for i in g.inputs) or v.name in g.overridable:
             return True
         g = g.parent
     return False

@@ -95,7 +95,7 @@ def _input_must_pass_full_check(graph: Any) -> None:
     try:
         onnx.checker.check_model(to_onnx(graph), full_check=True)
     except Exception as exc:  # the checker raises several exception types
-        where = getattr(graph, "source_path", "model")
+        where = graph.source_path or "model"
         raise InputError(f"{where}: the model fails the ONNX checker's full check (shape inference) "
                          f"before optimizing: {_first_line(exc)}") from None
 

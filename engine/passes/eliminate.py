@@ -75,7 +75,7 @@ class EliminateDeadCode(Pass):
             events.append(RuleEvent("eliminate_dead_code.node", node.name, True, nodes=[node.name]))
             graph.remove_node(node)
         dead = [name for name, v in graph.initializers.items()
-                if not v.uses() and not v.is_graph_output and name not in getattr(graph, "overridable", ())]
+                if not v.uses() and not v.is_graph_output and name not in graph.overridable]
         for name in dead:
             graph.remove_initializer(name)
         modified = bool(events or dead)
@@ -449,8 +449,8 @@ def _attr_key(value: Any) -> Any:
 
 
 def _activation_key(node: Node) -> Any:
-    act = node.meta.get("activation")
-    return None if not act else (act["op_type"], _attr_key(act.get("attrs") or {}))
+    act = node.activation
+    return None if not act else (act.op_type, _attr_key(act.attrs))
 
 
 class EliminateCommonSubexpressions(Pass):

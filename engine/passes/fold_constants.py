@@ -79,11 +79,11 @@ class FoldConstants(Pass):
         return PassResult(graph, modified, diags, events)
 
     def _freeze(self, graph: Graph, diags: list[Diagnostic]) -> bool:
-        over = getattr(graph, "overridable", None)
+        over = graph.overridable
         if not self.freeze_initializer_inputs or not over:
             return False
         n = len(over)
-        graph.overridable = []  # type: ignore[attr-defined]
+        graph.overridable = []
         graph._touch()
         diags.append(Diagnostic(INFO, None, "frozen-initializers",
                                 f"{n} initializers that the model also lists as inputs are treated as constants "
@@ -125,7 +125,7 @@ class FoldConstants(Pass):
             except Exception as exc:  # a kernel refusing these constants: keep the node, say why
                 return RuleEvent(rule, node.name, False, reason=f"reference kernel failed: {type(exc).__name__}: {exc}")
             arrays = [res] if isinstance(res, np.ndarray) else [None if a is None else np.asarray(a) for a in res]
-            if node.meta.get("activation") and arrays:
+            if node.activation and arrays:
                 arrays[0] = run_activation(node, arrays[0], ctx.opset)
         name = node.name
         outputs = list(node.outputs)

@@ -11,7 +11,7 @@ HardSwish is an opset-14 op; the model's opset is raised when that is safe (see 
 otherwise the decomposed form stays and the reason is reported.
 
 Fusion into the producer: ``act(Conv(x))`` becomes one Conv node carrying
-``meta["activation"] = {"op_type": act, "attrs": {..}, "names": [original names]}`` (the
+``activation = FusedActivation(act, {..}, names=(original names))`` (the
 executor applies it after the Conv kernel; the ONNX writer writes the Conv followed by the
 activation again). Relu, Clip (Relu6 is Clip(0, 6); bounds must be constants), LeakyRelu,
 HardSigmoid, HardSwish, Sigmoid, Tanh and SiLU, x * sigmoid(x), fuse into Conv,
@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.ir.fused import FUSABLE_ACTIVATIONS, FusedActivation
 from engine.ir.graph import Graph, Node
 from engine.passes.opset import ensure_opset
 from engine.passes.pattern import Alt, Const, Match, Op, Rule, RulePass, Var, match_pattern
@@ -120,7 +121,7 @@ class HardSwishRule(Rule):
 
 
 # -- fusion into the producer -------------------------------------------------------------------------
-def _record(act: Node) -> dict[str, Any] | str:
+def _record(act: Node) -> FusedActivation | str:
     op = act.op_type
     if op == "Clip":
         b = clip_bounds(act)
@@ -133,11 +134,11 @@ def _record(act: Node) -> dict[str, Any] | str:
         attrs = {"alpha": float(act.attrs.get("alpha", 0.2)), "beta": float(act.attrs.get("beta", 0.5))}
     else:
         attrs = {}
-    return {"op_type": op, "attrs": attrs, "names": [act.name]}
+    return FusedActivation(op, attrs, (act.name,))
 
 
 class ActivationIntoProducer(Rule):
-    """act(Conv/ConvTranspose/Gemm(..)) -> the producer carrying ``meta["activation"]``."""
+    """act(Conv/ConvTranspose/Gemm(..)) -> the producer carrying ``activation``."""
 
     def __init__(self, act: str) -> None:
         self.name = f"fuse_activation.{act.lower()}"
@@ -149,8 +150,8 @@ class ActivationIntoProducer(Rule):
         act, prod = m["act"], m["prod"]
         if act.inputs[0] is not prod.outputs[0]:
             return "the producer output is not the activation's data input"
-        if prod.meta.get("activation"):
-            return f"{prod.name!r} already carries a fused {prod.meta['activation']['op_type']}"
+        if prod.activation:
+            return f"{prod.name!r} already carries a fused {prod.activation.op_type}"
         dt = prod.outputs[0].type.dtype
         if dt is not None and np.dtype(dt).kind != "f":
             return "not a floating-point output"
@@ -162,7 +163,7 @@ class ActivationIntoProducer(Rule):
         act, prod = m["act"], m["prod"]
         rec = _record(act)
         node = absorb(graph, prod, [act], act)
-        node.meta["activation"] = rec
+        node.activation = rec
         return node
 
 
@@ -179,19 +180,20 @@ class SiLUIntoProducer(Rule):
     def check(self, graph: Graph, m: Match) -> str | None:
         """The producer carries no activation yet."""
         prod = m["prod"]
-        if prod.meta.get("activation"):
-            return f"{prod.name!r} already carries a fused {prod.meta['activation']['op_type']}"
+        if prod.activation:
+            return f"{prod.name!r} already carries a fused {prod.activation.op_type}"
         return None
 
     def rewrite(self, graph: Graph, m: Match) -> Node:
         """The producer takes over the Mul's output."""
         sig, act, prod = m["sig"], m["act"], m["prod"]
         node = absorb(graph, prod, [sig, act], act)
-        node.meta["activation"] = {"op_type": "SiLU", "attrs": {}, "names": [sig.name, act.name]}
+        node.activation = FusedActivation("SiLU", {}, (sig.name, act.name))
         return node
 
 
-ACTIVATIONS = ("Relu", "Clip", "LeakyRelu", "HardSigmoid", "HardSwish", "Sigmoid", "Tanh")
+# One list of fusable activations (engine.ir.fused); SiLU is a two-node pattern of its own rule.
+ACTIVATIONS = tuple(a for a in FUSABLE_ACTIVATIONS if a != "SiLU")
 
 
 def hardswish_pass(disabled: tuple[str, ...] = (), allow_raise: bool = True) -> RulePass:

@@ -275,8 +275,8 @@ def containment_reason(m: Match) -> str | None:
                     return (f"{out.name!r} (output of {n.name!r}, {n.op_type}) is also read by "
                             f"{user.name!r} ({user.op_type}) outside the pattern")
     for n in m.nodes:
-        if n is not m.root and n.meta.get("activation"):
-            return f"{n.name!r} already carries a fused {n.meta['activation']['op_type']}"
+        if n is not m.root and n.activation:
+            return f"{n.name!r} already carries a fused {n.activation.op_type}"
     return None
 
 

@@ -13,7 +13,6 @@ from typing import Any
 
 from engine.diagnostics import Diagnostic
 from engine.ir.clone import clone_graph
-from engine.ir.fused import describe
 from engine.ir.graph import Graph
 from engine.passes.base import Pass, PassManager, PassRecord, PipelineItem, Repeat
 from engine.passes.eliminate import (
@@ -134,18 +133,17 @@ class OptimizeResult:
         out = []
         for n in self.graph.toposort():
             prov = n.meta.get("provenance")
-            if (prov and (len(prov) > 1 or prov != [n.name])) or n.meta.get("activation"):
+            if (prov and (len(prov) > 1 or prov != [n.name])) or n.activation:
                 entry: dict[str, Any] = {"node": n.name, "op_type": n.op_type, "from": list(prov or [n.name])}
-                if n.meta.get("activation"):
-                    entry["activation"] = describe(n.meta["activation"])
+                if n.activation:
+                    entry["activation"] = n.activation.describe()
                 out.append(entry)
         return out
 
     def report(self) -> dict[str, Any]:
         """The ``optimize --report`` document (CONTRACTS.md keys plus per-pass details)."""
         after = Counter(n.op_type for n in self.graph.nodes)
-        onnx_nodes = len(self.graph) + sum(2 if n.meta["activation"]["op_type"] == "SiLU" else 1
-                                           for n in self.graph.nodes if n.meta.get("activation"))
+        onnx_nodes = len(self.graph) + sum(n.activation.onnx_nodes for n in self.graph.nodes if n.activation)
         return {
             "nodes_before": self.nodes_before,
             "nodes_after": self.nodes_after,
@@ -187,7 +185,7 @@ def finalize(graph: Graph) -> None:
     if any(v is not None and v.type.dtype is None for n in graph.nodes for v in n.outputs):
         infer_shapes(graph)
     need = min_ir_version(graph.opset(""))
-    over = set(getattr(graph, "overridable", None) or ())
+    over = set(graph.overridable)
     if any(name not in over for name in graph.initializers):
         need = max(need, 4)
     if graph.ir_version < need:

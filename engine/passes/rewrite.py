@@ -60,24 +60,6 @@ def is_scalar_close(arr: np.ndarray | None, target: float, rtol: float = 1e-3) -
     return abs(x - target) <= rtol * max(abs(target), 1e-12)
 
 
-def single_reader(v: Value) -> Node | None:
-    """The only node reading ``v`` (reading it once), when ``v`` is not a graph output."""
-    if v.is_graph_output:
-        return None
-    uses = v.uses()
-    return uses[0][0] if len(uses) == 1 else None
-
-
-def other_reader(v: Value, allowed: Iterable[Node]) -> str | None:
-    """A description of a reader of ``v`` outside ``allowed`` (or a graph-output use), else None."""
-    ids = {id(n) for n in allowed}
-    if v.is_graph_output:
-        return f"{v.name!r} is a graph output"
-    for n, _ in v.uses():
-        if id(n) not in ids:
-            return f"{v.name!r} is also read by {n.name!r} ({n.op_type})"
-    return None
-
 
 def add_constant(graph: Graph, base: str, array: np.ndarray) -> Value:
     """A new initializer named after ``base`` (made unique)."""
@@ -97,8 +79,8 @@ def rename_value(graph: Graph, v: Value, name: str) -> None:
     if g.initializers.get(old) is v:
         del g.initializers[old]
         g.initializers[name] = v
-    over = getattr(g, "overridable", None)
-    if over and old in over:
+    over = g.overridable
+    if old in over:
         over[over.index(old)] = name
     g._touch()
 
@@ -114,7 +96,7 @@ def redirect_reason(old: Value, new: Value | None) -> str | None:
         return None
     if new.graph is not old.graph:
         return f"{new.name!r} belongs to an enclosing graph"
-    if new.is_graph_input or (new.graph is not None and new.name in getattr(new.graph, "overridable", ())):
+    if new.is_graph_input or (new.graph is not None and new.name in new.graph.overridable):
         return f"{new.name!r} is a graph input and {old.name!r} a graph output; a node must stay between them"
     if new.is_graph_output:
         return f"{new.name!r} and {old.name!r} are both graph outputs"

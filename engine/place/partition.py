@@ -208,14 +208,9 @@ def _resolve_pins(facts: GraphFacts, pins: dict[str, str] | None) -> dict[str, s
 
 
 def place(graph: Graph | GraphFacts, target: HardwareTarget, pins: dict[str, str] | None = None,
-          move_islands: bool = True, suggest: bool = True) -> Placement:
+          move_islands: bool = True, suggest: bool = True, precisions: dict[str, str] | None = None) -> Placement:
     """Place every node of a graph on the target's NPU or CPU (see the module docstring)."""
-    return _place(graph, target, pins, move_islands, suggest)
-
-
-def _place(graph: Graph | GraphFacts, target: HardwareTarget, pins: dict[str, str] | None,
-           move_islands: bool, suggest: bool) -> Placement:
-    facts = graph if isinstance(graph, GraphFacts) else GraphFacts(graph, target)
+    facts = graph if isinstance(graph, GraphFacts) else GraphFacts(graph, target, precisions)
     cm = CostModel(target)
     diags: list[Diagnostic] = []
     pinned = _resolve_pins(facts, pins)

@@ -40,6 +40,7 @@ class NodeFacts:
     outputs: list[Value] = field(default_factory=list)
     weight_values: list[Value] = field(default_factory=list)
     known: dict[str, np.ndarray] | None = field(default=None, repr=False)
+    precision: str = ""  # what the node computes in on the NPU (the target's precision unless told)
     _ctx: Any = field(default=False, repr=False)
 
     @property
@@ -148,12 +149,27 @@ def _constant_outputs(graph: Graph) -> dict[str, np.ndarray]:
     return out
 
 
-class GraphFacts:
-    """Per-node facts of a graph on a target, in a topological order, plus tensor sizes."""
+def precision_verdict(precision: str, target: HardwareTarget) -> Verdict | None:
+    """Why the NPU cannot run a node at ``precision`` (None when it can)."""
+    if precision in target.npu.precisions:
+        return None
+    what = "float (left unquantized)" if precision == "fp32" else precision
+    return Verdict(False, f"The node runs in {what}; the {target.name} NPU computes only in "
+                          f"{', '.join(target.npu.precisions)}.", "precision_supported")
 
-    def __init__(self, graph: Graph, target: HardwareTarget) -> None:
+
+class GraphFacts:
+    """Per-node facts of a graph on a target, in a topological order, plus tensor sizes.
+
+    ``precisions`` names the precision of single nodes (a mixed-precision model: int16, fp16,
+    or fp32 for a node left in float); every other node computes in the target's precision.
+    A precision the NPU has no MAC mode for sends the node to the CPU, with that reason.
+    """
+
+    def __init__(self, graph: Graph, target: HardwareTarget, precisions: dict[str, str] | None = None) -> None:
         self.graph = graph
         self.target = target
+        self.precisions = dict(precisions or {})
         self.order: list[NodeFacts] = []
         self.by_name: dict[str, NodeFacts] = {}
         self._host_bytes: dict[str, int] = {}
@@ -165,8 +181,11 @@ class GraphFacts:
         known = _constant_outputs(graph)
         cache: dict[Hashable, tuple[Work, Verdict]] = {}
         for k, node in enumerate(graph.toposort()):
+            precision = self.precisions.get(node.name, target.npu.precision)
             key = signature(node, known)
-            facts = NodeFacts(node, k, Work(), Verdict(False), key, node.name, known=known)
+            if key is not None:
+                key = (key, precision)
+            facts = NodeFacts(node, k, Work(), Verdict(False), key, node.name, known=known, precision=precision)
             hit = cache.get(key) if key is not None else None
             if hit is None:
                 ctx = facts.ctx
@@ -176,7 +195,8 @@ class GraphFacts:
                         work = ctx.spec.work(ctx)
                     except (OpError, ValueError, TypeError, IndexError, KeyError, ZeroDivisionError):
                         work = None
-                hit = (work or _fallback_work(node), verdict_for(ctx, node, target))
+                hit = (work or _fallback_work(node),
+                       precision_verdict(precision, target) or verdict_for(ctx, node, target))
                 if key is not None:
                     cache[key] = hit
             facts.work, facts.verdict = hit
@@ -221,7 +241,8 @@ class GraphFacts:
         return b
 
     def npu_bytes(self, v: Value) -> int:
-        """Bytes of a tensor on the NPU: float tensors take the target precision's element size."""
+        """Bytes of a tensor on the NPU: float tensors take the element size of the precision of
+        the node that writes them (the target's precision for inputs and weights)."""
         b = self._npu_bytes.get(v.name)
         if b is None:
             t = v.type
@@ -229,7 +250,10 @@ class GraphFacts:
             if n is None:
                 b = self.host_bytes(v)
             elif t.dtype is not None and (np.dtype(t.dtype).kind == "f" or dtype_name(t.dtype) == "bfloat16"):
-                b = int(n) * self._npu_itemsize
+                p = v.producer()
+                prec = self.precisions.get(p.name) if p is not None else None
+                size = DTYPE_BYTES[PRECISION_DTYPES[prec]] if prec in PRECISION_DTYPES else self._npu_itemsize
+                b = int(n) * size
             else:
                 b = self.host_bytes(v)
             self._npu_bytes[v.name] = b

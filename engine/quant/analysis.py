@@ -16,15 +16,16 @@ import numpy as np
 
 from engine.ir.fused import run_activation
 from engine.ir.graph import Graph
+from engine.quant.config import quant_spec
 from engine.quant.data import CalibrationSet
 from engine.quant.params import (
     FLOAT_PRECISIONS,
-    dequantize,
+    dequantize_array,
     fake_quantize,
-    quantize,
+    quantize_array,
     round_to_precision,
 )
-from engine.quant.qdq import BIAS_INPUT, WEIGHT_INPUT, QuantizedModel
+from engine.quant.qdq import QuantizedModel
 
 
 @dataclass
@@ -123,6 +124,8 @@ def _isolated_output(qm: QuantizedModel, fp_graph: Graph, node_name: str, env: d
     assert spec is not None
     precision = qm.node_precision.get(node_name, "fp32")
     params = qm.node_params.get(node_name, {})
+    q = quant_spec(node)
+    w_in, b_in = (q.weight_input, q.bias_input) if q is not None else (None, None)
     args = []
     for i, v in enumerate(node.inputs):
         if v is None:
@@ -130,19 +133,19 @@ def _isolated_output(qm: QuantizedModel, fp_graph: Graph, node_name: str, env: d
             continue
         x = v.const if v.const is not None else env[v.name]
         if precision in FLOAT_PRECISIONS:
-            if v.const is None or i == WEIGHT_INPUT.get(node.op_type):
+            if v.const is None or i == w_in:
                 x = round_to_precision(x, precision)
         elif v.name in params:
             x = fake_quantize(x, params[v.name])
-        elif i == WEIGHT_INPUT.get(node.op_type) and v.name in qm.weights:
+        elif i == w_in and v.name in qm.weights:
             x = fake_quantize(x, qm.weights[v.name])
-        elif i == BIAS_INPUT.get(node.op_type) and v.name in qm.biases:
+        elif i == b_in and v.name in qm.biases:
             bqp = qm.biases[v.name]
-            x = dequantize(quantize(x, bqp), bqp)
+            x = dequantize_array(quantize_array(x, bqp), bqp)
         args.append(x)
     res = spec.reference(RunContext(node, spec.resolve_attrs(node), fp_graph.opset(spec.domain)), *args)
     out = res if isinstance(res, np.ndarray) else np.asarray(next(iter(res)))
-    if node.meta.get("activation"):
+    if node.activation:
         out = run_activation(node, out, fp_graph.opset(""))
     name = node.outputs[0].name  # type: ignore[union-attr]
     if name in qm.activations and precision not in FLOAT_PRECISIONS:

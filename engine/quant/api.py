@@ -5,15 +5,42 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from engine.diagnostics import Diagnostic
+from engine.diagnostics import WARNING, Diagnostic
 from engine.ir.graph import Graph
 from engine.quant.analysis import QuantAnalysis, analyze
 from engine.quant.calibrate import Calibration, calibrate
 from engine.quant.config import QuantConfig
 from engine.quant.data import CalibrationSet
+from engine.quant.mixed import MixedPrecisionResult
 from engine.quant.qdq import QuantizedModel, build_qdq
 
 Progress = Callable[[str, int, int], None]
+
+LOW_SQNR_DB = 20.0
+"""Below this output SQNR a quantized model is rarely usable: the CLI, report and editor warn."""
+
+
+def low_sqnr_diagnostics(analysis: QuantAnalysis | None, config: QuantConfig,
+                         threshold_db: float = LOW_SQNR_DB, worst: int = 3) -> list[Diagnostic]:
+    """One ``low-sqnr`` warning per model output under ``threshold_db``: the output's figure, the
+    layers that lose the most on their own (isolated SQNR) and the fix to try first."""
+    if analysis is None:
+        return []
+    blame = [le for le in analysis.sensitivity() if le.isolated.sqnr_db < 200.0][:worst]
+    where = ", ".join(f"{le.node} ({le.op_type}, {le.isolated.sqnr_db:.1f} dB alone)" for le in blame)
+    if not config.per_channel:
+        fix = "quantize weights per channel (--per-channel)"
+    elif config.method == "minmax":
+        fix = "try --method percentile or entropy (outliers stretch minmax ranges)"
+    else:
+        fix = "keep the worst layers at int16/fp16 (--target-sqnr 30 --target T)"
+    out = []
+    for name, err in analysis.outputs.items():
+        if err.sqnr_db < threshold_db:
+            msg = f"output {name!r} SQNR {err.sqnr_db:.1f} dB is below {threshold_db:g} dB"
+            msg += f"; worst layers: {where}" if where else ""
+            out.append(Diagnostic(WARNING, None, "low-sqnr", f"{msg}; {fix}"))
+    return out
 
 
 @dataclass
@@ -25,6 +52,8 @@ class QuantResult:
     model: QuantizedModel
     analysis: QuantAnalysis | None
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    mixed_precision: MixedPrecisionResult | None = None
+    """The search that chose the precisions, when the model was quantized to a target SQNR."""
 
     @property
     def graph(self) -> Graph:
@@ -48,10 +77,8 @@ class QuantResult:
             "precision": dict(sorted(self.model.node_precision.items())),
             "diagnostics": [d.to_json() for d in self.diagnostics + self.model.diagnostics],
         }
-        mp = getattr(self, "mixed_precision", None)
-        if mp is not None:
-            doc["mixed_precision"] = {"reached": mp.reached, "raises": mp.steps,
-                                      "output_sqnr_db": round(mp.output_sqnr_db, 3)}
+        if self.mixed_precision is not None:
+            doc["mixed_precision"] = self.mixed_precision.to_json()
         return doc
 
 
@@ -72,4 +99,4 @@ def quantize(graph: Graph, data: CalibrationSet, config: QuantConfig | None = No
         calibration = calibrate(graph, data, config, progress=stage("calibrate"), cancel=cancel)
     qm = build_qdq(graph, calibration, config)
     result_analysis = analyze(graph, qm, data, analysis_samples, progress=stage("analyze")) if analysis_samples else None
-    return QuantResult(config, calibration, qm, result_analysis)
+    return QuantResult(config, calibration, qm, result_analysis, low_sqnr_diagnostics(result_analysis, config))

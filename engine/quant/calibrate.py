@@ -9,7 +9,7 @@ import numpy as np
 
 from engine.errors import InputError
 from engine.ir.graph import Graph, Node
-from engine.quant.config import COMPUTE_OPS, QuantConfig
+from engine.quant.config import QuantConfig, quant_spec
 from engine.quant.data import CalibrationSet
 from engine.quant.observers import HistogramObserver, MinMaxObserver, Observer
 
@@ -21,7 +21,6 @@ class Cancelled(Exception):
 
 
 # Activations that an NPU applies in the epilogue of the op that produces their input.
-FUSABLE_AFTER_COMPUTE = frozenset({"Relu", "Clip"})
 
 
 @dataclass
@@ -53,11 +52,13 @@ def quantizable_nodes(graph: Graph, config: QuantConfig) -> list[Node]:
 
 def fused_into_producer(node: Node, config: QuantConfig) -> bool:
     """True for a Relu/Clip that an NPU runs as the epilogue of the compute op before it."""
-    if node.op_type not in FUSABLE_AFTER_COMPUTE or not node.inputs or node.inputs[0] is None:
+    q = quant_spec(node)
+    if q is None or not q.epilogue or not node.inputs or node.inputs[0] is None:
         return False
     x = node.inputs[0]
     p = x.producer()
-    return (p is not None and p.op_type in COMPUTE_OPS and p.op_type in config.ops
+    pq = quant_spec(p) if p is not None else None
+    return (p is not None and pq is not None and pq.role == "compute" and p.op_type in config.ops
             and len(x.uses()) == 1 and not x.is_graph_output)
 
 

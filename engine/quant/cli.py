@@ -137,6 +137,9 @@ def cmd_quantize(args: argparse.Namespace, out: Out) -> int:
     if worst:
         out.line("worst layers: " + ", ".join(f"{r['node']} ({r['sqnr_db']:.1f} dB)" for r in worst))
     out.line(f"wrote {args.output} ({len(result.model.node_precision)} layers quantized, {report['samples']} samples)")
+    for d in result.diagnostics:
+        if d.code == "low-sqnr":
+            out.info(f"warning: {d.message}")
     return EXIT_OK
 
 
@@ -151,13 +154,16 @@ def _mixed_precision(args: argparse.Namespace, graph: Graph, data: CalibrationSe
         from engine.sim.timeline import simulate
 
         target = resolve_target(args.target)
-        cost = latency_cost_from_sim(simulate(graph, target), target)
+        sim = simulate(graph, target)
+        cost = latency_cost_from_sim(sim, target)
     if result.analysis is None:
         raise InputError("--target-sqnr/--target-cosine need the error analysis (--analysis-samples > 0)")
     ranking = [le.node for le in result.analysis.sensitivity()]
     mp = auto_mixed_precision(graph, data, result.config, result.calibration, ranking,
                               target_sqnr_db=args.target_sqnr, target_cosine=args.target_cosine,
                               precision=args.raise_to, latency_cost=cost)
+    if cost is not None:
+        mp.base_latency_us = sim.latency_us
     for st in mp.steps:
         extra = f", +{st['latency_cost_us']:.1f} us" if st["latency_cost_us"] is not None else ""
         out.line(f"raised {st['node']} to {st['precision']}: output SQNR {st['output_sqnr_db']:.2f} dB{extra}")
@@ -165,7 +171,7 @@ def _mixed_precision(args: argparse.Namespace, graph: Graph, data: CalibrationSe
         out.info(f"warning: target not reached after {len(mp.steps)} raise(s); output SQNR {mp.output_sqnr_db:.2f} dB")
     final = quantize(graph, data, mp.config, analysis_samples=args.analysis_samples, calibration=result.calibration,
                      progress=progress)
-    final.mixed_precision = mp  # type: ignore[attr-defined]
+    final.mixed_precision = mp
     return final
 
 

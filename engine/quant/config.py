@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from engine.errors import InputError
 from engine.quant.observers import METHODS
 from engine.quant.params import PRECISIONS
+from nodes import registry
+from nodes.spec import QuantSpec
 
-# Ops whose inputs (and outputs) get quantized: the ones an integer NPU executes natively.
-COMPUTE_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
-ELEMENTWISE_OPS = frozenset({
-    "Add", "Mul", "Sub", "Relu", "Clip", "LeakyRelu", "HardSwish", "HardSigmoid", "Sigmoid",
-    "MaxPool", "AveragePool", "GlobalAveragePool", "Concat", "Resize", "Softmax", "Gelu",
-    "LayerNormalization", "Tanh",
-})
-QUANTIZABLE_OPS = COMPUTE_OPS | ELEMENTWISE_OPS
+
+def quant_spec(node: Any) -> QuantSpec | None:
+    """How the quantizer treats a node: its OpSpec's ``quant`` (None for other domains and for
+    ops that stay float)."""
+    spec = registry.get(node.op_type, node.domain)
+    return spec.quant if spec is not None else None
+
+
+# Ops whose inputs (and outputs) get quantized, the ones an integer NPU executes natively: each
+# op's OpSpec says so (nodes/, ``quant = QuantSpec(...)``).
+QUANTIZABLE_OPS = frozenset(s.op_type for s in registry.all_specs() if s.quant is not None and not s.domain)
 
 
 @dataclass(frozen=True)
@@ -68,10 +74,6 @@ class QuantConfig:
     def with_precision(self, node_name: str, precision: str) -> QuantConfig:
         """A copy with one node's precision changed."""
         return replace(self, precision={**self.precision, node_name: precision})
-
-    def with_method(self, tensor: str, method: str) -> QuantConfig:
-        """A copy with one tensor's calibration method changed."""
-        return replace(self, method_overrides={**self.method_overrides, tensor: method})
 
     def to_json(self) -> dict:
         """JSON-ready summary."""

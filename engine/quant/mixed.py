@@ -46,6 +46,31 @@ class MixedPrecisionResult:
     reached: bool = False
     output_sqnr_db: float = 0.0
     output_cosine: float = 0.0
+    target_sqnr_db: float | None = None
+    target_cosine: float | None = None
+    start_sqnr_db: float = 0.0
+    base_latency_us: float | None = None  # the simulated latency of the model before any raise
+
+    def to_json(self) -> dict:
+        """The quantize report's ``mixed_precision`` document (CONTRACTS.md): each raise with the
+        precision it came from and went to, its latency cost and the output dB it bought."""
+        raised, prev = [], self.start_sqnr_db
+        for st in self.steps:
+            delta = st["latency_cost_us"]
+            raised.append({"node": st["node"], "from": st["from"], "to": st["precision"],
+                           "latency_us_delta": None if delta is None else round(delta, 3),
+                           "db_gain": round(st["output_sqnr_db"] - prev, 3),
+                           "output_sqnr_db": st["output_sqnr_db"], "output_cosine": st["output_cosine"]})
+            prev = st["output_sqnr_db"]
+        latency = None
+        if self.base_latency_us is not None:
+            extra = sum(st["latency_cost_us"] or 0.0 for st in self.steps)
+            latency = {"int8": round(self.base_latency_us, 3),  # the model before any raise
+                       "final": round(self.base_latency_us + extra, 3)}
+        return {"target_sqnr_db": self.target_sqnr_db, "target_cosine": self.target_cosine,
+                "reached": self.reached, "output_sqnr_db": round(self.output_sqnr_db, 3),
+                "output_cosine": round(self.output_cosine, 6), "start_sqnr_db": round(self.start_sqnr_db, 3),
+                "raised": raised, "latency_us": latency}
 
 
 def _worst(outputs: dict[str, ErrorStats]) -> tuple[float, float]:
@@ -89,14 +114,15 @@ def auto_mixed_precision(graph: Graph, data: CalibrationSet, config: QuantConfig
         return (target_sqnr_db is None or sq >= target_sqnr_db) and (target_cosine is None or cos >= target_cosine)
 
     sq, cos = output_quality(graph, data, config, calibration, samples)
-    result = MixedPrecisionResult(config, [], ok(sq, cos), sq, cos)
+    result = MixedPrecisionResult(config, [], ok(sq, cos), sq, cos, target_sqnr_db, target_cosine, sq)
     limit = len(ranking) if max_raises is None else min(max_raises, len(ranking))
     for node in ranking[:limit]:
         if result.reached:
             break
+        start = config.node_precision(node)
         config = config.with_precision(node, precision)
         sq, cos = output_quality(graph, data, config, calibration, samples)
-        result.steps.append({"node": node, "precision": precision, "output_sqnr_db": round(sq, 3),
+        result.steps.append({"node": node, "from": start, "precision": precision, "output_sqnr_db": round(sq, 3),
                              "output_cosine": round(cos, 6),
                              "latency_cost_us": latency_cost(node, precision) if latency_cost else None})
         result.config, result.output_sqnr_db, result.output_cosine = config, sq, cos

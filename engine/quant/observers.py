@@ -124,7 +124,7 @@ class HistogramObserver(Observer):
             return 0.0, 0.0
         return max(self.min, -t), min(self.max, t)
 
-    def percentile_threshold(self, percentile: float, stride: int = 1) -> float:
+    def percentile_threshold(self, percentile: float) -> float:
         """Smallest bin edge with at least ``percentile`` % of the |x| mass below it."""
         total = self.hist.sum()
         if total == 0:

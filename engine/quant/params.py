@@ -87,7 +87,7 @@ def _bcast(p: np.ndarray, x: np.ndarray, axis: int | None) -> np.ndarray:
     return np.reshape(p, shape)
 
 
-def quantize(x: np.ndarray, qp: QuantParams) -> np.ndarray:
+def quantize_array(x: np.ndarray, qp: QuantParams) -> np.ndarray:
     """ONNX QuantizeLinear: round half to even, add zero point, saturate."""
     np_dt, qmin, qmax = type_limits(qp.dtype)
     s = _bcast(np.asarray(qp.scale, np.float32), x, qp.axis)
@@ -96,7 +96,7 @@ def quantize(x: np.ndarray, qp: QuantParams) -> np.ndarray:
     return np.clip(q, qmin, qmax).astype(np_dt)
 
 
-def dequantize(q: np.ndarray, qp: QuantParams) -> np.ndarray:
+def dequantize_array(q: np.ndarray, qp: QuantParams) -> np.ndarray:
     """ONNX DequantizeLinear: (q - zero point) * scale in float32."""
     s = _bcast(np.asarray(qp.scale, np.float32), q, qp.axis)
     z = _bcast(np.asarray(qp.zero_point).astype(np.int64), q, qp.axis)
@@ -105,7 +105,7 @@ def dequantize(q: np.ndarray, qp: QuantParams) -> np.ndarray:
 
 def fake_quantize(x: np.ndarray, qp: QuantParams) -> np.ndarray:
     """Quantize then dequantize (the value an integer pipeline sees)."""
-    return dequantize(quantize(x, qp), qp)
+    return dequantize_array(quantize_array(x, qp), qp)
 
 
 def round_to_precision(x: np.ndarray, precision: str) -> np.ndarray:

@@ -24,21 +24,19 @@ from engine.quant.calibrate import (
     is_float_activation,
     quantizable_nodes,
 )
-from engine.quant.config import QuantConfig
+from engine.quant.config import QuantConfig, quant_spec
 from engine.quant.observers import HistogramObserver
 from engine.quant.params import (
     FLOAT_PRECISIONS,
     QuantParams,
     bias_params,
     params_from_range,
-    quantize,
+    quantize_array,
     type_limits,
     weight_params,
 )
 from nodes.types import TensorType
 
-WEIGHT_INPUT = {"Conv": 1, "ConvTranspose": 1, "Gemm": 1, "MatMul": 1}
-BIAS_INPUT = {"Conv": 2, "ConvTranspose": 2, "Gemm": 2}
 CAST_TO = {"fp16": TensorProto.FLOAT16, "bf16": TensorProto.BFLOAT16}
 
 
@@ -64,16 +62,43 @@ class QuantizedModel:
         }
 
 
-def weight_axis(node: Node) -> int:
-    """The output-channel axis of a node's weight tensor."""
-    if node.op_type == "ConvTranspose":
-        return 1
-    if node.op_type == "Gemm":
-        return 0 if node.attrs.get("transB", 0) else 1
-    if node.op_type == "MatMul":
-        w = node.inputs[1]
-        return (w.const.ndim - 1) if w is not None and w.const is not None else 1
-    return 0
+_INT_PRECISION = {"int8": "int8", "uint8": "uint8", "int16": "int16", "uint16": "int16"}
+
+
+def read_precisions(graph: Graph) -> dict[str, str]:
+    """The precision each quantizable node of a QDQ model computes in, read from the graph: the
+    integer type of the DequantizeLinear feeding its data inputs (the widest wins), fp16/bf16
+    when they come through a Cast pair, its producer's when it reads a quantized op's output
+    directly (an epilogue such as Relu after Conv), fp32 when they are plain float. Empty for a model with
+    no QuantizeLinear/DequantizeLinear (nothing to read: it is not a QDQ model)."""
+    if not any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in graph.nodes):
+        return {}
+    out: dict[str, str] = {}
+    for node in graph.toposort():
+        q = quant_spec(node)
+        if q is None:
+            continue
+        found: list[str] = []
+        for i, v in enumerate(node.inputs):
+            if v is None or i == q.bias_input or i in q.float_inputs:
+                continue
+            p = v.producer()
+            if p is None and v.const is not None:
+                continue  # a float constant (a weight left in float is judged by the activations)
+            if p is not None and p.name in out:
+                found.append(out[p.name])  # an epilogue (Relu after Conv) runs in its producer
+            elif p is not None and p.op_type == "DequantizeLinear" and p.inputs and p.inputs[0] is not None:
+                dt = p.inputs[0].type.dtype
+                found.append(_INT_PRECISION.get(np.dtype(dt).name, "int8") if dt is not None else "int8")
+            elif p is not None and p.op_type == "Cast" and p.inputs and p.inputs[0] is not None \
+                    and p.inputs[0].type.dtype is not None and np.dtype(p.inputs[0].type.dtype).name in ("float16", "bfloat16"):
+                found.append("fp16" if np.dtype(p.inputs[0].type.dtype).name == "float16" else "bf16")
+            else:
+                found.append("fp32")
+        if found:
+            order = ["int8", "uint8", "int16", "fp16", "bf16", "fp32"]
+            out[node.name] = max(found, key=order.index) if "fp32" not in found else "fp32"
+    return out
 
 
 def activation_params(calib: Calibration, tensor: str, dtype: str, config: QuantConfig) -> QuantParams:
@@ -92,7 +117,7 @@ def activation_params(calib: Calibration, tensor: str, dtype: str, config: Quant
     return params_from_range(lo, hi, dtype, symmetric)
 
 
-def ensure_opset(graph: Graph, version: int) -> tuple[Graph, list[Diagnostic]]:
+def converted_to_opset(graph: Graph, version: int) -> tuple[Graph, list[Diagnostic]]:
     """The graph at default-domain opset >= ``version`` (onnx's version converter when raising)."""
     if graph.opset("") >= version:
         return graph, []
@@ -122,7 +147,7 @@ def refuse_activations(src: Graph, g: Graph) -> Graph:
     activations as separate, uncalibrated ops. ``src`` is at the fixed point of the
     fuse_activation pass, so running it again restores exactly its fusions.
     """
-    if any(n.meta.get("activation") for n in src.nodes):
+    if any(n.activation for n in src.nodes):
         from engine.passes.fuse_activation import activation_pass
 
         g = activation_pass().call(g).graph
@@ -182,10 +207,11 @@ class _Builder:
                 node.set_input(idx, self.cast_pair(w, precision))
             return None
         wdt = "int16" if precision == "int16" else "int8"
-        axis = weight_axis(node)
+        q = quant_spec(node)
+        axis = q.weight_axis(node) if q is not None and q.weight_axis is not None else 0
         qp = weight_params(w.const, wdt, True, self.config.per_channel and w.const.ndim >= 2, axis,
                            self.config.reduce_range)
-        qw = self.const(f"{w.name}_quantized", quantize(w.const, qp))
+        qw = self.const(f"{w.name}_quantized", quantize_array(w.const, qp))
         scale = self.const(f"{w.name}_scale", np.asarray(qp.scale, np.float32))
         zp = self.const(f"{w.name}_zero_point", np.asarray(qp.zero_point))
         attrs = {"axis": axis} if qp.per_channel else {}
@@ -197,7 +223,8 @@ class _Builder:
         return qp
 
     def bias(self, node: Node, in_qp: QuantParams | None, w_qp: QuantParams | None) -> None:
-        idx = BIAS_INPUT.get(node.op_type)
+        q = quant_spec(node)
+        idx = q.bias_input if q is not None else None
         b = node.input(idx) if idx is not None else None
         if b is None or b.const is None or in_qp is None or w_qp is None or b.const.ndim != 1:
             return
@@ -221,7 +248,7 @@ class _Builder:
 def build_qdq(graph: Graph, calib: Calibration, config: QuantConfig) -> QuantizedModel:
     """The QDQ model of ``graph`` (the input graph is not modified)."""
     needs_int16 = config.dtype == "int16" or "int16" in config.precision.values()
-    g, diags = ensure_opset(clone_graph(graph), 21 if needs_int16 else 13)
+    g, diags = converted_to_opset(clone_graph(graph), 21 if needs_int16 else 13)
     res = QuantizedModel(g, diagnostics=list(diags))
     b = _Builder(g, calib, config, res)
     nodes = quantizable_nodes(g, config)
@@ -233,13 +260,14 @@ def build_qdq(graph: Graph, calib: Calibration, config: QuantConfig) -> Quantize
         res.node_precision[node.name] = precision
         params: dict[str, QuantParams] = {}
         in_qp: QuantParams | None = None
-        widx = WEIGHT_INPUT.get(node.op_type)
+        q = quant_spec(node)
+        widx = q.weight_input if q is not None else None
         for i, v in enumerate(node.inputs):
             if i == widx and v is not None and v.const is not None:
                 continue
-            if i == BIAS_INPUT.get(node.op_type) or not is_float_activation(v):
+            if (q is not None and i == q.bias_input) or not is_float_activation(v):
                 continue
-            if i > 0 and node.op_type in ("Clip", "Resize", "LayerNormalization"):
+            if q is not None and i in q.float_inputs:
                 continue  # bounds, scales/sizes and LayerNorm's gamma stay float
             if precision in FLOAT_PRECISIONS:
                 if precision != "fp32":
@@ -278,6 +306,6 @@ def build_qdq(graph: Graph, calib: Calibration, config: QuantConfig) -> Quantize
                 user.set_input(idx, dq)
     # Float weights replaced by their quantized copies are dropped.
     for name, v in list(g.initializers.items()):
-        if not v.uses() and not v.is_graph_output and name not in getattr(g, "overridable", ()):
+        if not v.uses() and not v.is_graph_output and name not in g.overridable:
             g.remove_initializer(name)
     return res

@@ -64,7 +64,7 @@ class _Plan:
                                tuple(v.name if v is not None else None for v in node.inputs),
                                tuple(v.name if v is not None else None for v in node.outputs),
                                tuple(frees[k]),
-                               activation_fn(node, graph.opset("")) if node.meta.get("activation") else None))
+                               activation_fn(node, graph.opset("")) if node.activation else None))
         self.consts = {name: v.const for name, v in graph.initializers.items()}
         # Steps that read only constants are computed once, on the first run, and cached (as a
         # runtime folds constants at session creation): ConstantOfShape weights, shape arithmetic.

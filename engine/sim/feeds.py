@@ -15,7 +15,7 @@ from nodes.types import dtype_name
 def check_feeds(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Validated feeds: every input present, right rank, fixed dims and dtype (cast when safe)."""
     out: dict[str, np.ndarray] = {}
-    names = {v.name for v in graph.inputs} | set(getattr(graph, "overridable", ()))
+    names = {v.name for v in graph.inputs} | set(graph.overridable)
     for k in feeds:
         if k not in names:
             raise InputError(f"feed {k!r} is not an input of the model (inputs: {', '.join(sorted(names))})")
@@ -38,7 +38,7 @@ def check_feeds(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np.n
             else:
                 raise InputError(f"input {v.name!r} expects {dtype_name(t.dtype)}, got {dtype_name(arr.dtype)}")
         out[v.name] = arr
-    for k in getattr(graph, "overridable", ()):
+    for k in graph.overridable:
         if k in feeds:
             out[k] = np.asarray(feeds[k])
     return out

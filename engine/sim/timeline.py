@@ -20,6 +20,7 @@ from engine.diagnostics import Diagnostic
 from engine.errors import InputError
 from engine.hw.cost_model import CostModel, OpCost, plan_residency
 from engine.hw.target import HardwareTarget, resolve_target
+from engine.ir.fused import FusedActivation
 from engine.ir.graph import Graph, Value
 from engine.place.partition import Placement, Transfer, place
 from engine.place.support import GraphFacts
@@ -54,6 +55,9 @@ class SimOptions:
     move_islands: bool = True
     suggest: bool = True
     host: HostPipeline = field(default_factory=HostPipeline)
+    # Precision of single nodes (a mixed-precision model); None reads them from a QDQ graph's
+    # Q/DQ types, and every other node computes in the target's precision.
+    precisions: dict[str, str] | None = None
 
 
 @dataclass
@@ -67,9 +71,10 @@ class OpRecord:
     start_us: float
     cost: OpCost
     fallback_reason: str | None
-    activation: str | None = None
+    activation: FusedActivation | None = None
     provenance: list[str] | None = None
     transfer_wait_us: float = 0.0
+    precision: str = ""  # what the op computes in (on the CPU: float)
 
     @property
     def bound(self) -> str:
@@ -162,13 +167,14 @@ class SimResult:
             c = o.cost
             rec = {"node": o.node, "op_type": o.op_type, "device": o.device, "start_us": _r(o.start_us),
                    "latency_us": _r(o.latency_us), "bound": o.bound, "fallback_reason": o.fallback_reason,
+                   "precision": o.precision,
                    "partition": o.partition, "compute_us": _r(c.compute_us), "memory_us": _r(c.memory_us),
                    "overhead_us": _r(c.overhead_us), "macs": c.macs, "dram_bytes": c.dram_bytes}
             if c.folds:
                 rec["folds"] = c.folds
                 rec["utilization"] = round(c.utilization, 4)
             if o.activation:
-                rec["activation"] = o.activation
+                rec["activation"] = o.activation.to_json()
             if o.provenance:
                 rec["provenance"] = o.provenance
             ops.append(rec)
@@ -287,7 +293,8 @@ def _timeline(pl: Placement, costs: dict[str, OpCost], cm: CostModel) -> tuple[l
         meta = f.node.meta
         prov = meta.get("provenance")
         records.append(OpRecord(name, f.node.op_type, dev, part, end - cost.latency_us, cost, reason,
-                                meta.get("activation"), list(prov) if prov else None, wait))
+                                f.node.activation, list(prov) if prov else None, wait,
+                                f.precision if dev == "npu" else "fp32"))
     latency = max((e.end_us for e in lanes.events), default=0.0)
     for v in facts.graph.outputs:
         p = v.producer()
@@ -357,7 +364,7 @@ def _stages(records: list[OpRecord], lanes: _Lanes, host: dict[str, Any], pl: Pl
 # -- facade --------------------------------------------------------------------------------------
 def require_static_inputs(graph: Graph) -> None:
     """Raise InputError naming the first graph input dimension that is not a fixed size."""
-    where = getattr(graph, "source_path", None) or graph.name
+    where = graph.source_path or graph.name
     for v in graph.inputs:
         if v.name in graph.initializers or v.type.shape is None:
             continue
@@ -383,8 +390,13 @@ def simulate(graph: Graph, target: HardwareTarget | str, options: SimOptions | N
 
 
 def _simulate(graph: Graph, tgt: HardwareTarget, options: SimOptions, placement: Placement | None) -> SimResult:
-    pl = placement or place(graph, tgt, pins=options.pins, move_islands=options.move_islands,
-                            suggest=options.suggest)
+    if placement is None:
+        from engine.quant.qdq import read_precisions
+
+        precisions = options.precisions if options.precisions is not None else read_precisions(graph)
+        placement = place(graph, tgt, pins=options.pins, move_islands=options.move_islands,
+                          suggest=options.suggest, precisions=precisions)
+    pl = placement
     cm = CostModel(tgt)
     facts = pl.facts
     resident = plan_residency(pl.order, pl.device, pl.partition_of, facts,
@@ -410,6 +422,6 @@ def _simulate(graph: Graph, tgt: HardwareTarget, options: SimOptions, placement:
     host = _host_stages(graph, facts, tgt, options.host)
     stages = _stages(records, lanes, host, pl)
     e2e = host["decode"] + host["preprocess"] + latency + host["postprocess"]
-    diags = list(getattr(graph, "diagnostics", []) or []) + pl.diagnostics
+    diags = list(graph.diagnostics) + pl.diagnostics
     return SimResult(tgt, graph.name, pl, records, lanes.events, transfers, stages, latency, e2e,
                      {k: v for k, v in host.items() if isinstance(v, float)}, diags)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from engine.hw.cost_model import CostModel, fold_cycles, gemm_shapes
 from engine.hw.target import resolve_target
+from engine.ir.fused import FusedActivation
 from engine.place.support import GraphFacts
 from engine.sim.timeline import SimOptions, simulate
 from tests.engine.sim_graphs import chain, conv_graph, every_op_target, make_target, matmul_sandwich
@@ -126,7 +128,7 @@ def test_fused_chain_keeps_intermediate_on_chip():
 def test_fused_activation_is_a_free_epilogue():
     plain = conv_graph(relu=False)
     fused = conv_graph(relu=False)
-    fused.node_by_name("conv").meta["activation"] = {"op_type": "Relu", "attrs": {}, "names": ["relu"]}
+    fused.node_by_name("conv").activation = FusedActivation("Relu", names=("relu",))
     a = simulate(plain, resolve_target("phone-npu"))
     b = simulate(fused, resolve_target("phone-npu"))
     assert b.latency_us == pytest.approx(a.latency_us)
@@ -157,3 +159,32 @@ def test_cpu_memory_time_uses_cache_then_dram():
     t = resolve_target("phone-npu").with_cpu(cache_kib=1024, cache_bandwidth_gbps=50.0, memory_bandwidth_gbps=10.0)
     assert t.cpu.memory_us(1024 * 1024) == pytest.approx(1024 * 1024 / 50e3)
     assert t.cpu.memory_us(3 * 1024 * 1024) == pytest.approx(1024 * 1024 / 50e3 + 2 * 1024 * 1024 / 10e3)
+
+
+@pytest.mark.parametrize(("op", "attrs", "shapes"), [
+    ("Conv", {"group": 1}, [(1, 8, 10, 10), (16, 8, 3, 3)]),
+    ("Conv", {"group": 8}, [(1, 8, 10, 10), (8, 1, 3, 3)]),
+    ("ConvTranspose", {"strides": [2, 2]}, [(1, 8, 5, 5), (8, 4, 3, 3)]),
+    ("MatMul", {}, [(2, 7, 12), (12, 5)]),
+    ("MatMul", {}, [(3, 7, 12), (3, 12, 5)]),
+    ("Gemm", {"transB": 1}, [(7, 12), (5, 12)]),
+])
+def test_the_gemms_an_op_declares_hold_exactly_its_macs(op, attrs, shapes):
+    """The cost model's matrix products come from the OpSpec and must account for every MAC
+    the op's own work() counts (one home for each op's arithmetic)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    import engine
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal(shapes[1]).astype(np.float32), "w")]
+    node = helper.make_node(op, ["x", "w"], ["y"], name="n", **attrs)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shapes[0])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])], initializer=inits)
+    graph = engine.load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    f = GraphFacts(graph, resolve_target("phone-npu")).by_name["n"]
+    from nodes import registry
+
+    gemms = registry.get(op).gemm(f.ctx)
+    assert gemms, f"{op} declares no GEMM"
+    assert sum(x.m * x.k * x.n * x.groups * x.batch for x in gemms) == f.work.macs > 0

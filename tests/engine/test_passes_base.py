@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
 import engine
 from engine.ir.clone import Checkpoint, clone_graph
+from engine.ir.fused import FusedActivation
 from engine.ir.graph import Graph, Node, Value
 from engine.ir.verify import verify
 from engine.passes.base import Pass, PassManager, PassResult, Repeat
@@ -130,10 +133,23 @@ def test_trace_records_counts_time_and_rewrites():
     res = PassManager([identity_pass()]).run(_chain())
     (rec,) = res.trace
     assert (rec.nodes_before, rec.nodes_after, rec.modified) == (4, 2, True)
-    assert rec.ms >= 0
     doc = rec.to_json()
     assert {"name", "modified", "nodes_before", "nodes_after", "ms", "fired", "not_fired"} <= set(doc)
     assert {e["rule"] for e in doc["fired"]} == {"eliminate_identity.identity"}
+
+
+def test_trace_times_each_pass_by_its_own_run():
+    class SlowPass(Pass):
+        name = "slow"
+
+        def call(self, graph: Graph) -> PassResult:
+            time.sleep(0.03)
+            return PassResult(graph, False)
+
+    res = PassManager([identity_pass(), SlowPass()]).run(_chain())
+    times = {r.name: r.ms for r in res.trace}
+    assert times["slow"] >= 25.0  # the 30 ms it slept, not the pipeline's total nor another pass's
+    assert times["eliminate_identity"] < times["slow"]
 
 
 def test_passes_and_rules_switch_off_by_name():
@@ -175,7 +191,7 @@ def test_patterns_match_commutatively_and_bind_shared_values():
 
 def test_executor_applies_fused_activation_meta():
     g = load(model("agraph (float[4] x) => (float[4] y) { y = Neg (x) }"))
-    g.nodes[0].meta["activation"] = {"op_type": "Relu", "attrs": {}, "names": ["r"]}
+    g.nodes[0].activation = FusedActivation("Relu", names=("r",))
     g._touch()
     out = engine.execute(g, {"x": np.array([-1, 2, -3, 4], np.float32)})["y"]
     np.testing.assert_array_equal(out, [1, 0, 3, 0])

@@ -117,9 +117,9 @@ def test_initializers_listed_as_inputs_are_frozen_and_leave_the_inputs():
             y = Add (x, w)
         }""", ir_version=8, w=np.array([1.0, 2.0], dtype=np.float32))
     g = load(m)
-    assert g.overridable == ["w"]  # type: ignore[attr-defined]
+    assert g.overridable == ["w"]
     after, res = run_pass(g, FoldConstants)
-    assert after.overridable == []  # type: ignore[attr-defined]
+    assert after.overridable == []
     assert res.diagnostics and res.diagnostics[0].code == "frozen-initializers"
 
 

@@ -47,7 +47,7 @@ def test_activation_fuses_into_producer_and_writes_back_as_standard_onnx(name, b
     assert op_types(after) == [producer, "Identity"]
     node = after.toposort()[0]
     expected = "Clip" if name == "Relu6" else name
-    assert node.meta["activation"]["op_type"] == expected
+    assert node.activation.op_type == expected
     assert len(node.meta["provenance"]) == (3 if name == "SiLU" else 2)
     assert fired(res)
     assert_same_numbers(g, after)
@@ -55,7 +55,7 @@ def test_activation_fuses_into_producer_and_writes_back_as_standard_onnx(name, b
     m = to_onnx(after)
     written = [n.op_type for n in m.graph.node]
     assert written[0] == producer and written[-1] == "Identity"
-    assert set(node.meta["activation"]["names"]) <= {n.name for n in m.graph.node}
+    assert set(node.activation.names) <= {n.name for n in m.graph.node}
     assert_runs_in_onnxruntime(after, reference=g)
 
 
@@ -166,3 +166,15 @@ def test_hardswish_stays_decomposed_when_the_opset_cannot_be_raised():
     assert after.opset("") == 11
     (ev,) = refused(res, "fuse_hardswish.hardswish")
     assert "Softmax" in ev.reason and "opset 13" in ev.reason
+
+
+def test_a_fused_activation_is_validated_when_made():
+    from engine.ir.fused import FusedActivation
+
+    with pytest.raises(ValueError, match="not a fusable activation"):
+        FusedActivation("Softmax")
+    with pytest.raises(ValueError, match="no attribute 'alpha'"):
+        FusedActivation("Relu", {"alpha": 0.1})
+    act = FusedActivation("Clip", {"min": 0, "max": 6}, ["relu6"])
+    assert act.attrs == {"min": 0.0, "max": 6.0} and act.names == ("relu6",)
+    assert FusedActivation("SiLU").onnx_nodes == 2 and act.onnx_nodes == 1

@@ -82,7 +82,7 @@ def test_demo_model_executor_agrees_after_fusion():
         pytest.skip("demo model mobilenet_demo.onnx is not in assets/models")
     graph = engine.load(path)
     result = optimize(graph)
-    assert any(n.meta.get("activation") for n in result.graph.nodes)
+    assert any(n.activation for n in result.graph.nodes)
     x = np.random.default_rng(1).standard_normal(tuple(graph.inputs[0].type.shape)).astype(np.float32)
     a = engine.execute(graph, {graph.inputs[0].name: x})
     b = engine.execute(result.graph, {graph.inputs[0].name: x})

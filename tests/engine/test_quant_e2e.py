@@ -157,13 +157,43 @@ def test_mixed_precision_raises_sensitive_layers_until_target(tmp_path):
     assert rc == 0, err
     doc = json.loads((tmp_path / "r.json").read_text())
     mp = doc["mixed_precision"]
-    assert mp["reached"]
-    assert mp["raises"], "the int8 model alone should not reach the target"
-    assert all(r["precision"] == "int16" and r["latency_cost_us"] is not None for r in mp["raises"])
-    raised = {r["node"] for r in mp["raises"]}
+    assert mp["reached"] and mp["target_sqnr_db"] == base_target
+    assert mp["raised"], "the int8 model alone should not reach the target"
+    assert all(r["from"] == "int8" and r["to"] == "int16" and r["latency_us_delta"] is not None for r in mp["raised"])
+    raised = {r["node"] for r in mp["raised"]}
     assert {n for n, p in doc["precision"].items() if p == "int16"} == raised
-    sq = [r["output_sqnr_db"] for r in mp["raises"]]
-    assert sq[-1] >= base_target
+    assert mp["output_sqnr_db"] >= base_target
+    # the gains add up from the int8 figure to the final one, and the latency from int8 to final
+    assert sum(r["db_gain"] for r in mp["raised"]) == pytest.approx(mp["output_sqnr_db"] - mp["start_sqnr_db"], abs=0.01)
+    assert mp["latency_us"]["final"] == pytest.approx(
+        mp["latency_us"]["int8"] + sum(r["latency_us_delta"] for r in mp["raised"]), abs=0.01)
     model = onnx.load(str(tmp_path / "mp.onnx"))
     assert model.opset_import[0].version >= 21  # int16 QDQ needs opset 21
     _session(model).run(None, {"image": np.load(ASSETS / "data" / "mobilenet_calib.npz")["image"][0]})
+
+
+def test_low_output_sqnr_is_one_warning_naming_the_layer_and_the_fix(tmp_path):
+    """One calibration value of 1e4 among 16k normal ones stretches a minmax range so far that
+    the normal values quantize to zero; percentile clips it and the warning goes away."""
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((8, 4, 3, 3)) * 0.2).astype(np.float32)
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1, 1, 1, 1])], "outlier",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])],
+                          [onnx.numpy_helper.from_array(w, "w")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx")
+    x = rng.standard_normal((64, 1, 4, 8, 8)).astype(np.float32)
+    x[-1, 0, 0, 0, 0] = 1e4  # analysed are the first 8 samples, calibrated are all 64
+    np.savez(tmp_path / "c.npz", x=x)
+    args = ["quantize", str(tmp_path / "m.onnx"), "--calib", str(tmp_path / "c.npz"), "-o", str(tmp_path / "q.onnx"),
+            "--quiet", "--per-channel", "--analysis-samples", "8", "--report", str(tmp_path / "r.json")]
+    rc, _, err = run_cli(args)
+    assert rc == 0, err
+    warnings = [ln for ln in err.splitlines() if ln.startswith("warning:")]
+    assert len(warnings) == 1, err
+    assert "below 20 dB" in warnings[0] and "conv (Conv" in warnings[0] and "--method percentile" in warnings[0]
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["outputs"]["y"]["sqnr_db"] < 20
+    assert [d["code"] for d in doc["diagnostics"]] == ["low-sqnr"]
+    rc, _, err = run_cli([*args, "--method", "percentile"])  # the fix it names removes the warning
+    assert rc == 0 and "warning:" not in err, err

@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 
 from engine.quant.observers import HistogramObserver, make_observer
-from engine.quant.params import bias_params, dequantize, params_from_range, quantize, weight_params
+from engine.quant.params import (
+    bias_params,
+    dequantize_array,
+    params_from_range,
+    quantize_array,
+    weight_params,
+)
 
 
 def _with_outliers(rng, n=50_000):
@@ -68,15 +74,15 @@ def test_quantize_rounds_half_to_even_and_saturates():
     qp = params_from_range(-1.0, 1.0, "int8", symmetric=True)
     s = float(qp.scale)
     x = np.array([2.5 * s, -2.5 * s, 3.5 * s, 1000.0, -1000.0], np.float32)
-    np.testing.assert_array_equal(quantize(x, qp), [2, -2, 4, 127, -128])
+    np.testing.assert_array_equal(quantize_array(x, qp), [2, -2, 4, 127, -128])
 
 
 def test_asymmetric_range_maps_zero_exactly_and_uses_all_levels():
     qp = params_from_range(0.0, 6.0, "uint8", symmetric=False)
     assert int(qp.zero_point) == 0
-    np.testing.assert_allclose(dequantize(quantize(np.array([0.0, 6.0], np.float32), qp), qp), [0.0, 6.0], atol=1e-6)
+    np.testing.assert_allclose(dequantize_array(quantize_array(np.array([0.0, 6.0], np.float32), qp), qp), [0.0, 6.0], atol=1e-6)
     qp = params_from_range(-1.0, 3.0, "int8", symmetric=False)
-    assert dequantize(quantize(np.array([0.0], np.float32), qp), qp)[0] == 0.0
+    assert dequantize_array(quantize_array(np.array([0.0], np.float32), qp), qp)[0] == 0.0
 
 
 def test_per_channel_weight_scales_follow_each_output_channel():
@@ -85,7 +91,7 @@ def test_per_channel_weight_scales_follow_each_output_channel():
     qp = weight_params(w, "int8", symmetric=True, per_channel=True, axis=0)
     assert qp.scale.shape == (2,)
     assert qp.scale[1] / qp.scale[0] == pytest.approx(10.0 / 0.02, rel=1e-5)
-    err = np.abs(dequantize(quantize(w, qp), qp) - w)
+    err = np.abs(dequantize_array(quantize_array(w, qp), qp) - w)
     assert err[0].max() < 1e-4
 
 

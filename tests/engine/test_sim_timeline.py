@@ -250,3 +250,40 @@ def test_cli_requires_target(cnn_path):
     rc, _, err = run_cli(["simulate", str(cnn_path)])
     assert rc == 2
     assert "--target" in err
+
+
+def test_a_mixed_precision_model_is_priced_by_each_ops_precision():
+    """int16 halves phone-npu's MAC rate, a float layer has no NPU MAC mode on an int8 target:
+    the simulation must show both, not price the model as all-int8."""
+    import engine
+    from engine.sim.timeline import SimOptions, simulate
+    from tests.models import demo_model
+
+    g = engine.optimize(engine.load(demo_model("mobilenet_demo"))).graph
+    conv = next(n.name for n in g.toposort() if n.op_type == "Conv" and n.attrs.get("group", 1) == 1)
+    base = simulate(g, "phone-npu")
+    wide = simulate(g, "phone-npu", SimOptions(precisions={conv: "int16"}))
+    flt = simulate(g, "phone-npu", SimOptions(precisions={conv: "fp32"}))
+    b, w, f = ({o.node: o for o in r.ops}[conv] for r in (base, wide, flt))
+    assert (b.precision, w.precision) == ("int8", "int16")
+    assert w.cost.compute_us == pytest.approx(2 * b.cost.compute_us, rel=0.02)
+    assert wide.latency_us > base.latency_us
+    assert f.device == "cpu" and "float" in f.fallback_reason and "int8" in f.fallback_reason
+    assert {o.node: o.precision for o in wide.ops if o.node != conv} == {o.node: o.precision for o in base.ops if o.node != conv}
+
+
+def test_a_qdq_file_is_priced_by_the_precisions_its_quantize_nodes_carry(tmp_path):
+    from engine.quant.qdq import read_precisions
+    from tests.engine.cli_util import run_cli
+    from tests.models import ASSETS, demo_model
+
+    out = tmp_path / "q.onnx"
+    rc, _, err = run_cli(["quantize", str(demo_model("digits_cnn")), "--calib", str(ASSETS / "data" / "digits_calib.npz"),
+                          "-o", str(out), "--quiet", "--analysis-samples", "0"])
+    assert rc == 0, err
+    import engine
+
+    q = engine.load(out)
+    precisions = read_precisions(q)
+    assert precisions and set(precisions.values()) == {"int8"}
+    assert read_precisions(engine.load(demo_model("digits_cnn"))) == {}
