@@ -177,6 +177,7 @@ class Document(QObject):
         self._unsubscribe = graph.events.subscribe(self._on_graph_event)
         self._restored = False
         self._closed = False
+        self.positions_restored = False  # the project's saved node positions were applied
         if self.target_name:
             self.set_target(self.target_name, analyze=False)
 

@@ -47,6 +47,7 @@ from app.workers import Task
 log = logging.getLogger(__name__)
 FIRST_LOOK_SCALE = 0.65  # a model opens at least this zoomed in: labels stay readable
 FIRST_ANALYSIS_DELAY_MS = 80  # placement of a freshly opened model starts after its first frame
+POSITIONS_KEY = "positions"  # node name -> [x, y] on the canvas, in a saved project
 DEFAULT_TARGET = "phone-npu"  # a first run opens placed, compiled and charted (issue 17)
 FILE_FILTER = "Models and projects (*.onnx *.npuproj);;ONNX models (*.onnx);;NPU Studio projects (*.npuproj)"
 
@@ -379,8 +380,20 @@ class MainWindow(QMainWindow):
             # Once the first frame is up: its clone of the graph should not add to that frame.
             self.doc.request_analysis(reinfer=self.doc.is_dirty, delay_ms=FIRST_ANALYSIS_DELAY_MS)
             settle_heap()
+        self._restore_positions()
         self.canvas.minimap.schedule_rebuild()
         self.document_shown.emit()
+
+    def _restore_positions(self) -> None:
+        """A project saved node positions: put the nodes back where they were (once per document)."""
+        doc, sc = self.doc, self.scene
+        saved = doc.project.extra.get(POSITIONS_KEY) if doc is not None else None
+        if sc is None or doc is None or sc.read_only or not isinstance(saved, dict) or doc.positions_restored:
+            return
+        doc.positions_restored = True
+        by_name = {n.name: n for n in doc.graph.nodes}
+        sc.apply_positions({id(by_name[k]): QPointF(float(v[0]), float(v[1])) for k, v in saved.items()
+                            if k in by_name and isinstance(v, list) and len(v) == 2})
 
     def _on_message(self, message: str) -> None:
         self.statusBar().showMessage(message, 8000)
@@ -686,6 +699,9 @@ class MainWindow(QMainWindow):
 
     def _save_to(self, path: Path) -> bool:
         assert self.doc is not None
+        if self.scene is not None and not self.scene.read_only:  # the project keeps the canvas layout
+            self.doc.project.extra[POSITIONS_KEY] = {it.node.name: [round(it.pos().x(), 1), round(it.pos().y(), 1)]
+                                                     for it in self.scene.node_items.values()}
         try:
             self.doc.save(path)
         except (ValueError, OSError) as exc:

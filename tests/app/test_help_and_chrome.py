@@ -54,3 +54,21 @@ def test_toolbar_undo_keeps_its_text_while_the_menu_names_the_step(window):
     assert window.tb_undo.text() == "Undo" and window.tb_undo.isEnabled()
     assert "Pin add to CPU" in window.tb_undo.toolTip()
     assert window.act_undo.text().replace("&", "") == "Undo Pin add to CPU"
+
+
+def test_node_positions_are_saved_in_the_project(qtbot, window, tmp_path, settings, recovery_dir):
+    from PySide6.QtCore import QPointF
+
+    from tests.app._helpers import close_window, item_of, open_window
+
+    item = item_of(window, "add")
+    moved = item.pos() + QPointF(173, 41)
+    window.scene.apply_positions({id(item.node): moved})
+    project = tmp_path / "layout.npuproj"
+    assert window._save_to(project)
+    close_window(window)
+    again = open_window(qtbot, project, settings, recovery_dir)
+    try:
+        assert item_of(again, "add").pos() == moved
+    finally:
+        close_window(again)
