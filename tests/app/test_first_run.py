@@ -93,9 +93,22 @@ def test_one_edit_places_the_edited_graph_exactly_once(placed_window, monkeypatc
     from app import placement
     from app.commands import SetAttrCommand
 
+    import threading
+
+    from engine.ir import clone
+
     calls = []
     real = placement.place_graph
     monkeypatch.setattr(placement, "place_graph", lambda g, t: calls.append(len(g)) or real(g, t))
+    gui_clones = []
+    real_clone = clone.clone_graph
+
+    def counting_clone(g, *a, **kw):
+        if threading.current_thread() is threading.main_thread():
+            gui_clones.append(len(g))
+        return real_clone(g, *a, **kw)
+
+    monkeypatch.setattr(clone, "clone_graph", counting_clone)
     win = placed_window
     doc, ctl = win.doc, win.analysis.controller
     compiles = ctl.compiles_started
@@ -106,6 +119,8 @@ def test_one_edit_places_the_edited_graph_exactly_once(placed_window, monkeypatc
     assert node is not None
     assert calls == [len(doc.graph)]
     assert ctl.compiles_started == compiles + 1
+    # On the GUI thread: one clone for the edited graph's analysis, one for its compile.
+    assert gui_clones == [len(doc.graph)] * 2
 
 
 def test_canvas_color_of_every_node_is_the_placement_the_legend_names(placed_window):
