@@ -40,6 +40,7 @@ from app.panels.diagnostics import DiagnosticsPanel
 from app.panels.inspector import InspectorPanel
 from app.panels.palette import PalettePanel
 from app.panels.pass_trace import PassTracePanel
+from app.panels.sweep_panel import install_sweep_panel
 from app.runtime import settle_heap
 from app.shape_dialog import ShapeDialog, dynamic_inputs, remember, remembered
 from app.workers import Task
@@ -145,6 +146,7 @@ class MainWindow(QMainWindow):
         self.resizeDocks([self.diagnostics], [150], Qt.Orientation.Vertical)
         self.resizeDocks([self.palette, self.inspector], [210, 290], Qt.Orientation.Horizontal)
         install_analysis(self)  # issue 8: analysis docks, Export compiled..., chart <-> canvas selection
+        install_sweep_panel(self)  # issue 16: a sweep's results.csv as a Pareto chart; a click applies a point
         install_help(self, lambda text: self.statusBar().showMessage(text, 30000))
         if restore_state:
             geo = self.settings.value("window/geometry")

@@ -11,14 +11,14 @@ import json
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, NoReturn
 
 import numpy as np
 
-from engine.errors import ExecutionError, InputError, ModelError
+from engine.errors import ExecutionError, InputError, InternalError, ModelError
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE = 0, 1, 2
+MAX_ERROR_CHARS = 400
 
 
 class UsageError(Exception):
@@ -43,6 +43,8 @@ class Out:
     def error(self, text: str) -> None:
         """Write the single error line to stderr."""
         first = " ".join(str(text).split("\n")[0].split()) if text else "unknown error"
+        if len(first) > MAX_ERROR_CHARS:  # a safety net: messages quote short excerpts already
+            first = first[:MAX_ERROR_CHARS - 3] + "..."
         self.stderr.write(f"error: {first}\n")
 
     def info(self, text: str) -> None:
@@ -67,15 +69,17 @@ class _Parser(argparse.ArgumentParser):
 
 def parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
     """Parse ``NAME=D0,D1,...`` (the name may itself contain '=')."""
+    from engine.limits import excerpt
+
     if "=" not in text:
-        raise UsageError(f"--shape {text!r}: expected NAME=D0,D1,...")
+        raise UsageError(f"--shape {excerpt(text)}: expected NAME=D0,D1,...")
     name, dims = text.rsplit("=", 1)
     try:
         values = tuple(int(d) for d in dims.split(",") if d.strip())
     except ValueError:
-        raise UsageError(f"--shape {text!r}: dimensions must be integers") from None
+        raise UsageError(f"--shape {excerpt(text)}: dimensions must be integers") from None
     if not name or not values:
-        raise UsageError(f"--shape {text!r}: expected NAME=D0,D1,...")
+        raise UsageError(f"--shape {excerpt(text)}: expected NAME=D0,D1,...")
     return name, values
 
 
@@ -104,21 +108,21 @@ def cmd_inspect(args: argparse.Namespace, out: Out) -> int:
 
 
 def cmd_run(args: argparse.Namespace, out: Out) -> int:
-    import engine
+    import io
 
+    import engine
+    from engine.outputs import Outputs
+
+    outputs = Outputs(inputs=[args.model, args.inputs])
+    dest = outputs.add("--out", args.out)
     graph = load_model_arg(args)
     from engine.sim.feeds import read_npz
 
     feeds = read_npz(args.inputs, "--inputs")
     results = engine.execute(graph, feeds)
-    dest = Path(args.out)
-    if dest.parent and not dest.parent.exists():
-        raise InputError(f"{args.out}: folder {dest.parent} does not exist")
-    try:
-        with open(dest, "wb") as fh:
-            np.savez(fh, **results)
-    except OSError as exc:
-        raise InputError(f"{args.out}: cannot write: {exc.strerror}") from None
+    buf = io.BytesIO()
+    np.savez(buf, **results)
+    outputs.commit({dest: buf.getvalue()})
     for name, arr in results.items():
         out.line(f"{name}: {arr.dtype}{list(arr.shape)}")
     out.line(f"wrote {dest}")
@@ -176,7 +180,7 @@ def _load_extra_commands() -> None:
     # above the engine (the editor's `gui`) register themselves as entry points of the group
     # "npu_studio.commands" in pyproject.toml: engine never names app/ and never imports Qt, and
     # app/cli.py imports Qt only inside its functions, so the CLI works without a display.
-    for mod in ("engine.passes.cli", "engine.quant.cli", "engine.sim.cli", "engine.export.cli"):
+    for mod in ("engine.passes.cli", "engine.quant.cli", "engine.sim.cli", "engine.export.cli", "engine.sweep.cli"):
         importlib.import_module(mod)
     for ep in entry_points(group="npu_studio.commands"):
         try:
@@ -209,8 +213,10 @@ def main(argv: Sequence[str] | None = None, out: Out | None = None) -> int:
         return 130
     except SystemExit as exc:  # argparse --help
         return int(exc.code or 0)
-    except Exception as exc:
-        out.stderr.write(f"internal error: {type(exc).__name__}: {exc} (please report; --debug shows where)\n")
+    except Exception as exc:  # InternalError (a kernel bug) or any other bug of ours: exit 1
+        what = str(exc) if isinstance(exc, InternalError) else f"{type(exc).__name__}: {exc}"
+        what = " ".join(what.split())[:MAX_ERROR_CHARS]
+        out.stderr.write(f"internal error: {what} (a bug in NPU Studio, please report; --debug shows where)\n")
         if debug:
             traceback.print_exc(file=out.stderr)
         return EXIT_INTERNAL

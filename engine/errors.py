@@ -13,3 +13,11 @@ class InputError(ValueError):
 
 class ExecutionError(ValueError):
     """Running a graph failed; the message names the node."""
+
+
+class InternalError(Exception):
+    """A bug in NPU Studio, not in the user's input: a kernel raised an exception no check meant.
+
+    Deliberately not a ValueError, so code that handles bad input never swallows it; the CLI
+    prints it as "internal error" with exit status 1.
+    """

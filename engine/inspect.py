@@ -42,7 +42,11 @@ def summarize(graph: Graph) -> dict[str, Any]:
         else:
             macs += int(w.macs)
     supported = registry.op_types()
-    unsupported = sorted({n.op_type for n in graph.all_nodes() if registry.get(n.op_type, n.domain) is None})
+    from engine.unsupported import known_domains, unknown_ops
+
+    missing = unknown_ops(graph)
+    unsupported = sorted({op for _, op in missing})
+    domains = known_domains()
     return {
         "name": graph.name,
         "opset": int(graph.opset("")),
@@ -55,6 +59,8 @@ def summarize(graph: Graph) -> dict[str, Any]:
         "params": params,
         "macs": macs,
         "unsupported_ops": unsupported,
+        "unsupported": [{"op_type": op, "domain": dom, "nodes": n, "domain_known": dom in domains}
+                        for (dom, op), n in sorted(missing.items())],
         "nodes_without_work": unknown_work,
         "diagnostics": [d.to_json() for d in graph.diagnostics],
         "supported_op_count": len(supported),
@@ -77,8 +83,10 @@ def format_summary(doc: dict[str, Any]) -> str:
     lines.append(f"MACs     {doc['macs']:,}")
     hist = ", ".join(f"{k} {v}" for k, v in doc["op_histogram"].items())
     lines.append(f"ops      {hist}")
-    if doc["unsupported_ops"]:
-        lines.append(f"unknown  {', '.join(doc['unsupported_ops'])} (not supported by NPU Studio's executor)")
+    for u in doc.get("unsupported", []):
+        what = "op" if u["domain_known"] else "op of an unknown domain"
+        lines.append(f"unknown  {u['op_type']} ({u['domain']}): {u['nodes']} node{'s' if u['nodes'] != 1 else ''}, "
+                     f"{what} not supported by NPU Studio")
     for d in doc["diagnostics"][:20]:
         lines.append(f"{d['severity']:8} {d['node'] or ''}: {d['message']}")
     return "\n".join(lines)

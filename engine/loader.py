@@ -21,6 +21,7 @@ from engine.errors import ModelError
 from engine.ir import onnx_io
 from engine.ir.graph import Graph
 from engine.ir.infer import infer_shapes
+from engine.ir.type_check import type_errors
 from engine.ir.verify import verify
 from nodes.types import TensorType
 
@@ -183,15 +184,53 @@ def load_proto(proto: ModelProto, where: str, base_dir: Path | None,
         raise ModelError(f"{where}: {errors[0].message}")
     if check:
         try:
-            onnx.checker.check_model(proto)
+            onnx.checker.check_model(_with_foreign_ops_aside(proto))
         except (onnx.checker.ValidationError, ValueError, RuntimeError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ModelError(f"{where}: invalid model: {first}") from None
+    bad_types = type_errors(graph)
+    if bad_types:
+        raise ModelError(f"{where}: {bad_types[0]}")
     if shapes:
         fix_shapes(graph, shapes, where)
     graph.diagnostics = weight_diagnostics(graph) + infer_shapes(graph)
     graph.source_path = where
     return graph
+
+
+_ASIDE_DOMAIN = "npu_studio.not_in_onnx"
+
+
+def _with_foreign_ops_aside(proto: ModelProto) -> ModelProto:
+    """``proto`` for the checker, with default-domain nodes whose op onnx does not define moved
+    to a domain of their own: onnxruntime registers SimplifiedLayerNormalization there, and an op
+    nobody knows should load so that ``inspect`` lists it and running it names it. Everything
+    else is checked as written."""
+    version = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
+    if version is None:
+        return proto
+    foreign = [n for n in _all_nodes(proto.graph) if n.domain in ("", "ai.onnx")
+               and not onnx.defs.has(n.op_type, "")]
+    if not foreign:
+        return proto
+    copy = ModelProto()
+    copy.CopyFrom(proto)
+    for n in _all_nodes(copy.graph):
+        if n.domain in ("", "ai.onnx") and not onnx.defs.has(n.op_type, ""):
+            n.domain = _ASIDE_DOMAIN
+    copy.opset_import.add(domain=_ASIDE_DOMAIN, version=1)
+    return copy
+
+
+def _all_nodes(g: onnx.GraphProto):
+    for n in g.node:
+        yield n
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield from _all_nodes(a.g)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for sub in a.graphs:
+                    yield from _all_nodes(sub)
 
 
 def weight_diagnostics(graph: Graph) -> list[Diagnostic]:

@@ -21,11 +21,9 @@ older one is migrated. The editor's crash-recovery file is a project too.
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,11 +33,13 @@ import numpy as np
 
 from engine.errors import InputError
 from engine.ir.graph import Graph, Node
+from engine.outputs import atomic_write
 from nodes.types import TensorType, dtype_name
 
 FORMAT = "npu-studio-project"
 VERSION = 1
 SUFFIX = ".npuproj"
+MAX_PROJECT_BYTES = 64 * 2**20  # edits may carry tensors; far above any project saved by hand
 
 
 class ProjectError(InputError):
@@ -64,16 +64,6 @@ class Project:
 
 
 # -- files -------------------------------------------------------------------------------------
-def _remove_stale_temps(folder: Path, name: str) -> None:
-    import time
-
-    now = time.time()
-    for leftover in folder.glob(f".{name}.*.tmp"):
-        with contextlib.suppress(OSError):
-            if now - leftover.stat().st_mtime > STALE_TEMP_SECONDS:
-                leftover.unlink()
-
-
 def sha256_of(path: str | os.PathLike) -> str:
     """Hex SHA-256 of a file's bytes."""
     h = hashlib.sha256()
@@ -81,54 +71,6 @@ def sha256_of(path: str | os.PathLike) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-def _current_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-_UMASK = _current_umask()  # read once at import (os.umask is process-wide; never toggle it later)
-STALE_TEMP_SECONDS = 60
-
-
-def atomic_write(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: temporary file in the same folder, fsync, rename.
-
-    The file keeps the mode it had (a new one gets the usual 0666 & ~umask, not mkstemp's 0600),
-    and temporary files that a killed writer left behind (older than a minute) are removed.
-    """
-    path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise InputError(f"{path}: folder {folder} does not exist")
-    _remove_stale_temps(folder, path.name)
-    try:
-        mode = path.stat().st_mode & 0o777
-    except OSError:
-        mode = 0o666 & ~_UMASK
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-        os.fchmod(fd, mode)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot write: {exc.strerror}") from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise InputError(f"{path}: cannot write: {exc.strerror}") from None
-    with contextlib.suppress(OSError):  # make the rename durable where directories can be fsynced
-        dfd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
 
 
 def save_project(path: str | os.PathLike, project: Project) -> None:
@@ -172,16 +114,17 @@ _MIGRATIONS = {0: _migrate_v0}
 def load_project(path: str | os.PathLike) -> Project:
     """Read a project file; raises ProjectError naming the file and the problem."""
     path = Path(path)
+    from engine.limits import parse_document, read_document
+
+    if not path.exists():
+        raise ProjectError(f"{path}: no such file")
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ProjectError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProjectError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
-    try:
-        doc = json.loads(text)
+        text = read_document(path, "project file", MAX_PROJECT_BYTES)
+        doc = parse_document(text, str(path), "project file", json.loads, prescan=False)  # json guards recursion
     except json.JSONDecodeError as exc:
         raise ProjectError(f"{path}: not a project file (invalid or truncated JSON at line {exc.lineno})") from None
+    except InputError as exc:
+        raise ProjectError(str(exc)) from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ProjectError(f"{path}: not an NPU Studio project (missing \"format\": \"{FORMAT}\")")
     version = doc.get("version")
@@ -194,14 +137,18 @@ def load_project(path: str | os.PathLike) -> Project:
         migrate = _MIGRATIONS.get(version)
         if migrate is None:
             raise ProjectError(f"{path}: project format version {version} is too old to migrate")
-        doc = migrate(doc)
+        try:
+            doc = migrate(doc)
+        except (TypeError, ValueError, AttributeError):
+            raise ProjectError(f"{path}: project format version {version} cannot be migrated "
+                               "(fields model or pins are malformed)") from None
         version = doc["version"]
     model = doc.get("model")
     if not isinstance(model, dict) or not isinstance(model.get("path"), str) or not model["path"]:
         raise ProjectError(f"{path}: field model.path: expected the path of the .onnx file")
-    for key, kind in (("passes", dict), ("quantization", dict), ("pins", dict), ("shapes", dict), ("edits", dict)):
-        if doc.get(key) is not None and not isinstance(doc[key], kind):
-            raise ProjectError(f"{path}: field {key}: expected a mapping")
+    from engine.project_schema import check_project_fields
+
+    check_project_fields(doc, str(path), ProjectError)
     target = doc.get("target")
     if target is not None and not isinstance(target, str):
         raise ProjectError(f"{path}: field target: expected a target name or path")

@@ -89,6 +89,14 @@ MAX_LOOP_ITERATIONS = 100_000
 """The executor refuses to run a Loop longer than this (a hostile trip count must not hang it)."""
 
 
+def _scalar(value: np.ndarray, what: str) -> np.ndarray:
+    """The one element of a Loop's trip count or condition (OpError when it holds more or none)."""
+    arr = np.asarray(value)
+    if arr.size != 1:
+        raise OpError(f"Loop {what} must hold one element, got shape {list(arr.shape)}")
+    return arr.reshape(())
+
+
 @register("Loop", since=1)
 class LoopSpec(OpSpec):
     """A loop with an optional trip count, an optional condition and loop-carried values."""
@@ -127,8 +135,11 @@ class LoopSpec(OpSpec):
         n = len(carried)
         if len(names) != 2 + n:
             raise OpError(f"Loop body has {len(names)} inputs, expected 2 + {n}")
-        max_trip = int(np.asarray(m).reshape(())) if m is not None else None
-        go = bool(np.asarray(cond).reshape(())) if cond is not None else True
+        missing = [2 + j for j, c in enumerate(carried) if c is None]
+        if missing:
+            raise OpError(f"Loop input {missing[0]} (a loop-carried value) is missing")
+        max_trip = int(_scalar(m, "trip count M")) if m is not None else None
+        go = bool(_scalar(cond, "condition")) if cond is not None else True
         state = list(carried)
         k = len(body.outputs) - 1 - n
         scans: list[list[np.ndarray]] = [[] for _ in range(k)]
@@ -143,7 +154,7 @@ class LoopSpec(OpSpec):
             feeds.update(zip(names[2:], state))
             outs = _run(ctx, body, feeds)
             if cond is not None:
-                go = bool(np.asarray(outs[0]).reshape(()))
+                go = bool(_scalar(outs[0], "condition the body returns"))
             state = [np.asarray(o) for o in outs[1:1 + n]]
             for j in range(k):
                 scans[j].append(np.asarray(outs[1 + n + j]))

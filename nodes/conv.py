@@ -55,7 +55,13 @@ def explicit_pads(attrs: dict[str, Any], n_spatial: int) -> tuple[list[int], lis
     pads = ints(attrs.get("pads")) or [0] * (2 * n_spatial)
     if len(pads) != 2 * n_spatial:
         raise OpError(f"pads {pads} must hold 2 x {n_spatial} values")
+    if any(abs(p) > MAX_PAD for p in pads):
+        raise OpError(f"pads {pads} hold a value beyond +-{MAX_PAD:,} (no tensor has such an axis)")
     return pads[:n_spatial], pads[n_spatial:]
+
+
+MAX_PAD = 2**31 - 1
+"""Largest pad a window op accepts: beyond it the output size would overflow int64 sooner or later."""
 
 
 def window_out_dim(size: Dim, k: int, s: int, d: int, pb: int, pe: int, auto_pad: str,
@@ -240,6 +246,8 @@ def conv_geometry(attrs: dict[str, Any], x_shape: Sequence[int],
     """(strides, dilations, pads_begin, pads_end) of a convolution of ``x_shape`` by a weight of
     ``w_shape``; a kernel_shape attribute must agree with W."""
     kernel = list(w_shape[2:])
+    if len(x_shape) != len(w_shape) or len(x_shape) < 3:
+        raise OpError(f"X of shape {list(x_shape)} and W of shape {list(w_shape)} must have the same rank (>= 3)")
     ks = ints(attrs.get("kernel_shape"))
     if ks and ks != kernel:
         raise OpError(f"kernel_shape {ks} does not match W of shape {list(w_shape)}")
@@ -293,11 +301,18 @@ def conv_nd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequenc
     if m % group:
         raise OpError(f"Conv: {m} output channels are not divisible by group {group}")
     mg = m // group
+    if b is not None and tuple(b.shape) != (m,):
+        raise OpError(f"Conv: bias B has shape {list(b.shape)}, expected [{m}] (one per output channel)")
     out = [(s + b + e - ((k - 1) * d + 1)) // st + 1
            for s, b, e, k, d, st in zip(x.shape[2:], pb, pe, kernel, dils, strides)]
     if min(out) < 1:
         raise OpError(f"Conv: kernel {kernel} does not fit input {list(x.shape[2:])} with the given pads")
     p = prod(out)
+    if x.size == 0 or w.size == 0:  # an empty batch or no channels: nothing to sum, only the bias
+        y = np.zeros((n_batch, m, *out), dtype=cdt)
+        if b is not None:
+            y += b.astype(cdt, copy=False).reshape((1, m) + (1,) * len(out))
+        return y
     xp = pad_spatial(x, pb, pe)
     ktot = prod(kernel)
     if ktot == 1:
@@ -355,6 +370,9 @@ class ConvSpec(OpSpec):
                 raise OpError(f"X has {c} channels but W expects {cg} per group x {group} groups")
             if isinstance(m, int) and m % group:
                 raise OpError(f"{m} output channels are not divisible by group {group}")
+        bs = ctx.shape(2) if ctx.has_input(2) else None
+        if bs is not None and isinstance(m, int) and all(isinstance(d, int) for d in bs) and tuple(bs) != (m,):
+            raise OpError(f"bias B has shape {list(bs)}, expected [{m}] (one per output channel)")
         return [TensorType(ctx.dtype(0), conv_out_shape(ctx))]
 
     def reference(self, ctx: RunContext, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
@@ -467,6 +485,10 @@ class ConvTransposeSpec(OpSpec):
         pb, outs = _convtranspose_geometry(x.shape[2:], kernel, strides, dils, a)
         cg, mg = c_in // group, w.shape[1]
         grid = list(x.shape[2:])
+        if b is not None and tuple(b.shape) != (group * mg,):
+            raise OpError(f"ConvTranspose: bias B has shape {list(b.shape)}, expected [{group * mg}]")
+        if x.size == 0 or w.size == 0:
+            raise OpError(f"ConvTranspose: empty input {list(x.shape)} or weights {list(w.shape)}")
         wk = w.astype(cdt, copy=False).reshape(group, cg, mg * prod(kernel)).transpose(0, 2, 1)
         xr = x.astype(cdt, copy=False).reshape(n_batch, group, cg, prod(grid))
         cols = np.matmul(wk, xr).reshape(n_batch, group * mg, *kernel, *grid)

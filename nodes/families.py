@@ -3,6 +3,8 @@
 from nodes import (  # noqa: F401
     activation,
     cast,
+    contrib_fused,
+    contrib_quant,
     control,
     conv,
     elementwise,

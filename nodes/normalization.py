@@ -92,6 +92,11 @@ class BatchNormalizationSpec(_NormSpec):
         acc = _acc(x.dtype)
         spatial = ctx.opset >= 9 or int(a.get("spatial", 1)) == 1
         pshape = _channel_shape(x) if spatial else (1, *x.shape[1:])
+        want = int(np.prod(pshape)) if x.ndim >= 2 or not spatial else None
+        for label, t in (("scale", scale), ("B", b), ("input_mean", mean), ("input_var", var)):
+            if want is not None and np.size(t) != want:
+                raise OpError(f"BatchNormalization: {label} has {np.size(t)} values, X of shape {list(x.shape)} "
+                              f"needs {want} (one per channel)")
         if self._training(ctx.opset, a, len(ctx.node.outputs) if ctx.node is not None else 1):
             axes = (0, *range(2, x.ndim)) if spatial else (0,)
             xf = x.astype(acc, copy=False)

@@ -144,6 +144,8 @@ class MaxPoolSpec(_WindowPool):
     def reference(self, ctx: RunContext, x: np.ndarray) -> Any:
         """Running maximum over the kernel taps; indices track the first maximum."""
         kernel, strides, dils, pb, pe, out = self._geometry(ctx, x)
+        if x.dtype.kind not in "fiu":
+            raise OpError(f"{self.op_type} takes a numeric input, got {x.dtype}")
         fill: Any = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
         xp = pad_spatial(x, pb, pe, fill)
         want_idx = len(ctx.node.outputs) > 1 and ctx.node.outputs[1] is not None

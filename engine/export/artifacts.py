@@ -128,6 +128,23 @@ def report_document(result: CompileResult, plan: dict[str, Any], model: dict[str
     }
 
 
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return " ".join(text.splitlines()[0].split())[:300] if text else type(exc).__name__
+
+
+def _source_must_pass_full_check(source: Any) -> None:
+    """A source model that the full checker refuses at the given shapes is bad input (exit 2):
+    e.g. an If branch that is invalid for the --shape chosen (silero VAD's 8 kHz branch at 512
+    samples), which onnxruntime would refuse too."""
+    try:
+        onnx.checker.check_model(to_onnx(source), full_check=True)
+    except Exception as exc:  # the checker raises several exception types
+        where = getattr(source, "source_path", None) or "model"
+        raise InputError(f"{where}: at the fixed input shapes the model fails the ONNX checker's full check "
+                         f"(onnxruntime would refuse it too): {_first_line(exc)}") from None
+
+
 def bundle_files(result: CompileResult) -> dict[str, bytes]:
     """Every bundle file's bytes (manifest last, hashing the others)."""
     from engine.export.report import render_report
@@ -138,7 +155,15 @@ def bundle_files(result: CompileResult) -> dict[str, bytes]:
         if graph is None:
             continue
         proto = to_onnx(graph)
-        onnx.checker.check_model(proto, full_check=True)
+        try:
+            onnx.checker.check_model(proto, full_check=True)
+        except Exception as exc:  # the checker raises several exception types
+            _source_must_pass_full_check(result.source)
+            raise RuntimeError(f"{name} fails the ONNX checker: {_first_line(exc)}") from exc
+        if name == "model.qdq.onnx":
+            from engine.quant.verify import check_qdq_scales
+
+            check_qdq_scales(proto)
         files[name] = proto.SerializeToString()
     model = _model_entry(result)  # serializes and hashes the source once per bundle
     plan = plan_document(result)

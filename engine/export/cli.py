@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 
 from engine.cli import EXIT_OK, Out, UsageError, add_model_args, extra_command, load_model_arg
+from engine.cli_options import integer
+from engine.limits import excerpt
 from engine.quant.cli import TerminalProgress, add_calib_args, calib_from_args
 
 
@@ -13,10 +15,10 @@ def _pins(items: list[str] | None) -> dict[str, str]:
     pins = {}
     for item in items or []:
         if "=" not in item:
-            raise UsageError(f"--pin {item!r}: expected NODE=npu or NODE=cpu")
+            raise UsageError(f"--pin {excerpt(item)}: expected NODE=npu or NODE=cpu")
         node, dev = item.rsplit("=", 1)
         if dev not in ("npu", "cpu"):
-            raise UsageError(f"--pin {item!r}: device must be npu or cpu")
+            raise UsageError(f"--pin {excerpt(item)}: device must be npu or cpu")
         pins[node] = dev
     return pins
 
@@ -28,7 +30,9 @@ def options_from_args(args: argparse.Namespace):
 
     quant = QuantConfig(method=args.method, per_channel=args.per_channel, symmetric=args.symmetric,
                         dtype=args.dtype, reduce_range=args.reduce_range)
-    return CompileOptions(quant=quant, disabled_passes=tuple(args.disable or ()), pins=_pins(args.pin),
+    from engine.passes.cli import disabled_names
+
+    return CompileOptions(quant=quant, disabled_passes=disabled_names(args.disable), pins=_pins(args.pin),
                           allow_synthetic_calibration=args.allow_synthetic_calibration,
                           analysis_samples=args.analysis_samples)
 
@@ -52,6 +56,16 @@ def _from_project(args: argparse.Namespace):
     return graph, args.target or proj.target, options, q.get("calibration")
 
 
+def _inputs_outside(outdir: Path, inputs: list) -> None:
+    """Refuse an OUTDIR that holds an input: replacing the folder (--force) would delete it."""
+    root = outdir.resolve()
+    for item in inputs:
+        if item and Path(item).exists():
+            p = Path(item).resolve()
+            if p == root or root in p.parents:
+                raise UsageError(f"-o {outdir}: holds the input {item}; write the bundle to another folder")
+
+
 _DEFAULTS = {"method": "percentile", "dtype": "int8", "percentile": 99.99}
 
 
@@ -62,6 +76,7 @@ def cmd_compile(args: argparse.Namespace, out: Out) -> int:
 
     outdir = Path(args.output)
     check_outdir(outdir, args.force)  # fail before any long work
+    _inputs_outside(outdir, [args.model, args.calib, args.target])
     if str(args.model).endswith(".npuproj"):
         graph, target, options, calib_path = _from_project(args)
         if calib_path and not args.calib:
@@ -106,6 +121,6 @@ def _add_compile(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reduce-range", action="store_true", help="7-bit weights (for x86 CPUs without VNNI)")
     p.add_argument("--disable", action="append", metavar="PASS", help="switch off an optimizer pass (repeatable)")
     p.add_argument("--pin", action="append", metavar="NODE=npu|cpu", help="force a node's device (repeatable)")
-    p.add_argument("--analysis-samples", type=int, default=8)
+    p.add_argument("--analysis-samples", type=integer(0, 10_000), default=8)
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.set_defaults(func=cmd_compile)

@@ -10,10 +10,12 @@ outside its choices. No dependency beyond the standard library.
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from engine.errors import InputError
+from engine.limits import excerpt
 
 Schema = dict[str, "Field | dict"]
 
@@ -46,9 +48,9 @@ def _type_name(value: Any) -> str:
     if isinstance(value, bool):
         return f"boolean {value}"
     if isinstance(value, str):
-        return f"string {value!r}"
+        return f"string {excerpt(value)}"
     if isinstance(value, (int, float)):
-        return f"number {value}"
+        return f"number {excerpt(value, 24)}"
     if isinstance(value, list):
         return "a list"
     if isinstance(value, dict):
@@ -82,6 +84,8 @@ def check_value(value: Any, spec: Field, where: str, path: str) -> Any:
         if kind in ("int", "number") and isinstance(value, str):
             hint = " (write numbers without quotes; YAML reads 1e9 as text, write 1.0e9)"
         raise fail(where, path, f"expected {_KIND_NAMES[kind]}, got {_type_name(value)}{hint}")
+    if kind == "number" and not math.isfinite(value):
+        raise fail(where, path, f"must be a finite number, got {value} ({spec.doc})")
     if kind in ("int", "number"):
         if spec.minimum is not None and value < spec.minimum:
             sign = "negative" if spec.minimum == 0 and value < 0 else f"below {spec.minimum:g}"
@@ -93,7 +97,7 @@ def check_value(value: Any, spec: Field, where: str, path: str) -> Any:
             value = float(value)
     if spec.choices is not None and value not in spec.choices:
         choices = ", ".join(str(c) for c in spec.choices)
-        raise fail(where, path, f"must be one of {choices}, got {value!r}")
+        raise fail(where, path, f"must be one of {choices}, got {excerpt(value)}")
     return value
 
 
@@ -107,12 +111,15 @@ def unknown_key(key: str, known: list[str], where: str, path: str) -> InputError
 def check(doc: Any, schema: Schema, where: str, path: str = "") -> dict[str, Any]:
     """Validate a mapping against ``schema``; returns a new dict with defaults filled in."""
     if not isinstance(doc, dict):
-        what = path or "(top level)"
-        raise InputError(f"{where}: field {what}: expected a mapping, got {_type_name(doc)}")
+        if not path:  # the whole file: never quote it (it may be any file, e.g. /etc/passwd)
+            kind = "text" if isinstance(doc, str) else "a list" if isinstance(doc, list) else _type_name(doc)
+            raise InputError(f"{where}: not a target file (expected a YAML mapping of sections, got {kind})")
+        raise InputError(f"{where}: field {path}: expected a mapping, got {_type_name(doc)}")
     out: dict[str, Any] = {}
     for key in doc:
         if not isinstance(key, str) or key not in schema:
-            raise unknown_key(str(key), list(schema), where, f"{path}.{key}" if path else str(key))
+            name = excerpt(key) if not isinstance(key, str) or len(key) > 40 else key
+            raise unknown_key(name, list(schema), where, f"{path}.{name}" if path else name)
     for key, spec in schema.items():
         sub = f"{path}.{key}" if path else key
         if isinstance(spec, dict):

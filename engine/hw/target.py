@@ -27,6 +27,7 @@ import yaml
 
 from engine.errors import InputError
 from engine.hw.schema import Field, check, check_value, fail, unknown_key
+from engine.limits import excerpt
 from nodes.constraints import PRECISION_DTYPES, OpConstraints
 
 TARGETS_DIR = Path(__file__).resolve().parents[2] / "assets" / "targets"
@@ -36,6 +37,7 @@ DTYPE_BYTES: dict[str, int] = {
     "int64": 8, "uint64": 8, "float16": 2, "bfloat16": 2, "float32": 4, "float64": 8,
 }
 DATAFLOWS = ("os", "ws", "is")
+MAX_TARGET_BYTES = 2**20  # bundled targets are a few kB; a megabyte parses in well under a second
 LAYOUTS = ("NCHW", "NHWC")
 
 CONSTRAINT_SCHEMA: dict[str, Field] = {
@@ -270,8 +272,8 @@ def _check_ops(doc: Any, where: str, known_ops: set[str] | None) -> dict[str, di
     out: dict[str, dict[str, Any]] = {}
     for name, over in doc.items():
         path = f"npu.ops.{name}"
-        if not isinstance(name, str):
-            raise fail(where, path, "op names must be strings")
+        if not isinstance(name, str) or len(name) > 64:
+            raise fail(where, f"npu.ops[{len(out)}]", f"op names are short strings, got {excerpt(name)}")
         if known_ops is not None and name not in known_ops:
             import difflib
 
@@ -327,21 +329,21 @@ def target_from_dict(doc: Any, where: str, known_ops: set[str] | None = None) ->
 
 def load_target(path: str | Path, known_ops: set[str] | None = None) -> HardwareTarget:
     """Load and validate a target YAML file; InputError names the file and the field."""
+    from engine.limits import parse_document, read_document
+
     p = Path(path)
     where = str(path)
-    if not p.is_file():
+    if not p.exists():
         raise InputError(f"{where}: no such target file")
+    text = read_document(p, "target file", MAX_TARGET_BYTES)
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{where}: cannot read: {exc}") from None
-    try:
-        doc = yaml.safe_load(text)
+        doc = parse_document(text, where, "target file", lambda t: yaml.load(t, Loader=loader))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise InputError(f"{where}: not valid YAML{line}: {problem}") from None
+        problem = getattr(exc, "problem", None) or "syntax error"
+        raise InputError(f"{where}: not valid YAML{line}: {excerpt(problem, 80)[1:-1]}") from None
     return target_from_dict(doc, where, known_ops)
 
 

@@ -18,7 +18,9 @@ from nodes.types import ConversionError, Dim, TensorType, np_dtype, onnx_elem_ty
 
 
 # -- ModelProto -> Graph -------------------------------------------------------------------------
-def _type_from_proto(tp: onnx.TypeProto) -> TensorType:
+def _type_from_proto(tp: onnx.TypeProto, name: str = "") -> TensorType:
+    """The IR type of a value; a dim_value of -1 ("any size", as Paddle2ONNX writes it) becomes
+    a symbolic dimension named after the value and axis, exactly like a dim_param."""
     if not tp.HasField("tensor_type"):
         return TensorType()
     tt = tp.tensor_type
@@ -29,10 +31,14 @@ def _type_from_proto(tp: onnx.TypeProto) -> TensorType:
     shape: tuple[Dim, ...] | None = None
     if tt.HasField("shape"):
         dims: list[Dim] = []
-        for d in tt.shape.dim:
+        for k, d in enumerate(tt.shape.dim):
             if d.HasField("dim_value"):
+                if d.dim_value == -1:
+                    dims.append(f"{name or 'dim'}_d{k}")
+                    continue
                 if d.dim_value < 0:
-                    raise ConversionError(f"negative dimension {d.dim_value}")
+                    raise ConversionError(f"dimension {k} is {d.dim_value}: a size must be >= 0 "
+                                          f"(-1 means any size)")
                 dims.append(int(d.dim_value))
             elif d.HasField("dim_param") and d.dim_param:
                 dims.append(d.dim_param)
@@ -74,7 +80,7 @@ def _graph_from_proto(gp: GraphProto, parent: Graph | None) -> Graph:
     types: dict[str, TensorType] = {}
     for vi in list(gp.value_info) + list(gp.input) + list(gp.output):
         try:
-            types[vi.name] = _type_from_proto(vi.type)
+            types[vi.name] = _type_from_proto(vi.type, vi.name)
         except ConversionError as exc:
             raise ConversionError(f"value {vi.name!r} of graph {gp.name!r}: {exc}") from None
 

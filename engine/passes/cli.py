@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.cli import EXIT_OK, Out, UsageError, add_model_args, extra_command, load_model_arg
+from engine.cli_options import number
 from engine.errors import InputError
 
 
@@ -34,7 +35,7 @@ def add_optimize_command(sub: argparse._SubParsersAction) -> None:
                    help="switch off passes or single rules by name (repeatable, or comma-separated)")
     p.add_argument("--no-raise-opset", action="store_true",
                    help="never raise the model's opset (fusions into newer ops are then skipped)")
-    p.add_argument("--max-fold-mb", type=float, default=16.0, metavar="MB",
+    p.add_argument("--max-fold-mb", type=number(above=0, maximum=2**21), default=16.0, metavar="MB",
                    help="largest tensor constant folding may create (default 16)")
     p.add_argument("--keep-initializer-inputs", action="store_true",
                    help="treat initializers that are also graph inputs as overridable (not constant)")
@@ -42,15 +43,23 @@ def add_optimize_command(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_optimize)
 
 
-def _options(args: argparse.Namespace) -> Any:
-    from engine.passes.pipeline import OptimizeOptions, known_names, pass_names
+def disabled_names(items: list[str] | None) -> tuple[str, ...]:
+    """The --disable names (repeatable, comma-separated), each checked against the pipeline's."""
+    from engine.passes.pipeline import known_names, pass_names
 
-    disable = tuple(name.strip() for item in args.disable for name in item.split(",") if name.strip())
+    disable = tuple(name.strip() for item in items or () for name in item.split(",") if name.strip())
     unknown = [d for d in disable if d not in known_names()]
     if unknown:
-        raise UsageError(f"--disable {unknown[0]}: no such pass or rule (passes: {', '.join(pass_names())})")
-    if args.max_fold_mb <= 0:
-        raise UsageError("--max-fold-mb must be positive")
+        from engine.limits import short
+
+        raise UsageError(f"--disable {short(unknown[0])}: no such pass or rule (passes: {', '.join(pass_names())})")
+    return disable
+
+
+def _options(args: argparse.Namespace) -> Any:
+    from engine.passes.pipeline import OptimizeOptions
+
+    disable = disabled_names(args.disable)
     return OptimizeOptions(disable=disable, max_fold_bytes=int(args.max_fold_mb * 2**20),
                            freeze_initializer_inputs=not args.keep_initializer_inputs,
                            allow_opset_raise=not args.no_raise_opset)
@@ -100,18 +109,16 @@ def _input_must_pass_full_check(graph: Any) -> None:
                          f"before optimizing: {_first_line(exc)}") from None
 
 
-def _write_model(model: Any, dest: Path) -> None:
+def _write_outputs(model: Any, dest: Path, outputs: Any, report: tuple[Path, bytes] | None) -> None:
+    """The model and the report, committed together (a model over 2 GiB with its .data file first)."""
     import onnx
 
-    if dest.parent and not dest.parent.exists():
-        raise InputError(f"{dest}: folder {dest.parent} does not exist")
-    if dest.is_dir():
-        raise InputError(f"{dest}: is a folder")
     big = model.ByteSize() > 2**31 - 2**20
     if not big:
-        from engine.project import atomic_write
-
-        atomic_write(dest, model.SerializeToString())
+        files = {dest: model.SerializeToString()}
+        if report is not None:
+            files[report[0]] = report[1]
+        outputs.commit(files)
         return
     fd, tmp = tempfile.mkstemp(prefix=".optimize-", suffix=".onnx", dir=str(dest.parent or Path(".")))
     os.close(fd)
@@ -119,6 +126,8 @@ def _write_model(model: Any, dest: Path) -> None:
         # over protobuf's 2 GiB: weights go to OUT.onnx.data beside the model
         onnx.save_model(model, tmp, save_as_external_data=True, all_tensors_to_one_file=True,
                         location=dest.name + ".data")
+        if report is not None:
+            outputs.commit({report[0]: report[1]})
         os.replace(tmp, dest)
     except OSError as exc:
         raise InputError(f"{dest}: cannot write: {exc.strerror}") from None
@@ -129,22 +138,19 @@ def _write_model(model: Any, dest: Path) -> None:
 
 def cmd_optimize(args: argparse.Namespace, out: Out) -> int:
     """Run the optimizer and write the model (and the report)."""
+    from engine.outputs import Outputs
+
     options = _options(args)
+    outputs = Outputs(inputs=[args.model])
+    dest = outputs.add("-o", args.output)
+    report_path = outputs.add("--report", args.report)
     graph = load_model_arg(args)
     result, model = _checked_model(graph, options)
-    dest = Path(args.output)
-    _write_model(model, dest)
     report = result.report()
     report["model"] = str(args.model)
     report["output"] = str(dest)
-    if args.report:
-        rp = Path(args.report)
-        if rp.parent and not rp.parent.exists():
-            raise InputError(f"{args.report}: folder {rp.parent} does not exist")
-        try:
-            rp.write_text(json.dumps(report, indent=2, default=str) + "\n")
-        except OSError as exc:
-            raise InputError(f"{args.report}: cannot write: {exc.strerror}") from None
+    report_bytes = (json.dumps(report, indent=2, default=str) + "\n").encode("utf-8")
+    _write_outputs(model, dest, outputs, (report_path, report_bytes) if report_path else None)
     if args.json:
         out.json(report)
         return EXIT_OK

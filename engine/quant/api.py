@@ -90,6 +90,9 @@ def quantize(graph: Graph, data: CalibrationSet, config: QuantConfig | None = No
     Pass a previous ``calibration`` to re-quantize with other settings without re-running the
     samples (histogram statistics serve every method).
     """
+    from engine.quant.verify import check_quantizable
+
+    check_quantizable(graph)
     config = config or QuantConfig()
 
     def stage(name: str) -> Callable[[int, int], None] | None:

@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.errors import InputError
+from engine.errors import InputError, InternalError
 from engine.ir.graph import Graph, Node
 from engine.quant.config import QuantConfig, quant_spec
 from engine.quant.data import CalibrationSet
-from engine.quant.observers import HistogramObserver, MinMaxObserver, Observer
+from engine.quant.observers import HistogramObserver, MinMaxObserver, NonFiniteError, Observer
 
 Progress = Callable[[int, int], None]
 
@@ -33,9 +33,14 @@ class Calibration:
     histograms: bool = field(default=False)
 
 
+def is_float_dtype(dt) -> bool:
+    """float16/32/64 and ml_dtypes' bfloat16 (numpy kind 'V')."""
+    return dt is not None and (np.dtype(dt).kind == "f" or np.dtype(dt).name == "bfloat16")
+
+
 def is_float_activation(v) -> bool:
     """A non-constant float tensor (the kind that gets Q/DQ)."""
-    return v is not None and v.const is None and (v.type.dtype is None or v.type.dtype.kind == "f")
+    return v is not None and v.const is None and (v.type.dtype is None or is_float_dtype(v.type.dtype))
 
 
 def quantizable_nodes(graph: Graph, config: QuantConfig) -> list[Node]:
@@ -75,13 +80,16 @@ def tensors_to_observe(graph: Graph, config: QuantConfig) -> list[str]:
 
 def calibrate(graph: Graph, data: CalibrationSet, config: QuantConfig, tensors: list[str] | None = None,
               histograms: bool | None = None, progress: Progress | None = None,
-              cancel: Callable[[], bool] | None = None, batch: int = 16) -> Calibration:
+              cancel: Callable[[], bool] | None = None, batch: int = 16,
+              observers: dict[str, Observer] | None = None) -> Calibration:
     """Observe ``tensors`` (default: every tensor quantization needs) over all samples.
 
     MinMax alone needs only running min/max; any other method (or ``histograms=True``, which
     the GUI asks for to draw thresholds) keeps a 2048-bin histogram per tensor, whose memory
     does not grow with the number of samples. Samples run ``batch`` at a time when the graph
     provably treats them independently (checked on two samples), one at a time otherwise.
+    ``observers`` (tensor name -> fresh observer) replaces the default ones (e.g. histograms whose
+    range a first pass fixed, for sharded calibration: engine.sweep.shard).
     """
     from engine import executor_for
     from engine.sim.feeds import check_feeds
@@ -89,16 +97,26 @@ def calibrate(graph: Graph, data: CalibrationSet, config: QuantConfig, tensors: 
     if len(data) == 0:
         raise InputError(f"{data.source}: no calibration samples")
     names = set(tensors if tensors is not None else tensors_to_observe(graph, config))
+    if observers is not None:
+        names = set(observers)
+        histograms = any(isinstance(o, HistogramObserver) for o in observers.values())
     if histograms is None:
         histograms = config.method != "minmax" or bool(config.method_overrides)
-    stats: dict[str, Observer] = {
+    stats: dict[str, Observer] = dict(observers) if observers is not None else {
         n: HistogramObserver(config.bins) if histograms else MinMaxObserver() for n in names}
     ex = executor_for(graph)
+
+    def observe(name: str, arr: np.ndarray) -> None:
+        try:
+            stats[name].update(arr)
+        except NonFiniteError as exc:  # e.g. 3e38 inputs overflowing float32 in the first layer
+            raise InputError(f"{data.source}: tensor {name[:60]!r} {exc} during calibration; values near "
+                             "the float limit cannot be quantized") from None
 
     def hook(node: Node, outs: list[np.ndarray | None]) -> None:
         for v, arr in zip(node.outputs, outs):
             if v is not None and arr is not None and v.name in names:
-                stats[v.name].update(arr)
+                observe(v.name, arr)
 
     total = len(data)
     batched = _batched_graph(graph, data, batch) if batch > 1 else None
@@ -111,7 +129,7 @@ def calibrate(graph: Graph, data: CalibrationSet, config: QuantConfig, tensors: 
             feeds = _stack([data.sample(done + k) for k in range(batch)])
             for k, arr in feeds.items():
                 if k in names:
-                    stats[k].update(arr)
+                    observe(k, arr)
             bex.run(check_feeds(batched, feeds), hook=hook)
             done += batch
             if progress is not None:
@@ -122,7 +140,7 @@ def calibrate(graph: Graph, data: CalibrationSet, config: QuantConfig, tensors: 
         feeds = check_feeds(graph, data.sample(i))
         for k, arr in feeds.items():
             if k in names:
-                stats[k].update(arr)
+                observe(k, arr)
         ex.run(feeds, hook=hook)
         if progress is not None:
             progress(i + 1, total)
@@ -166,6 +184,6 @@ def _batched_graph(graph: Graph, data: CalibrationSet, batch: int) -> Graph | No
             for name, ref in alone.items():
                 if not np.allclose(together[name][i:i + 1], ref, rtol=1e-4, atol=1e-5, equal_nan=True):
                     return None
-    except ValueError:  # ExecutionError/InputError: this graph does not batch
+    except (ValueError, InternalError):  # a probe: any failure means "run the samples one by one"
         return None
     return g

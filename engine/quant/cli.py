@@ -7,16 +7,12 @@ import json
 from pathlib import Path
 
 from engine.cli import EXIT_OK, Out, UsageError, add_model_args, extra_command, load_model_arg
+from engine.cli_options import integer, number, numbers
 from engine.errors import InputError
 from engine.ir.graph import Graph
 from engine.quant.data import CalibLimits, CalibrationSet, ImagePreprocess, load_calibration
 
-
-def _floats(text: str, what: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise UsageError(f"{what} {text!r}: expected comma-separated numbers") from None
+IMAGE_BYTES_PER_PIXEL = 3 + 3 * 4 * 4  # the decoded RGB image and four float32 working copies
 
 
 def add_calib_args(p: argparse.ArgumentParser, required: bool = False) -> None:
@@ -26,24 +22,29 @@ def add_calib_args(p: argparse.ArgumentParser, required: bool = False) -> None:
     p.add_argument("--resize", metavar="H,W", help="resize images to H,W (default: the model input size)")
     p.add_argument("--mean", metavar="M[,M,M]", help="per-channel mean subtracted after scaling (default 0)")
     p.add_argument("--std", metavar="S[,S,S]", help="per-channel std divided after the mean (default 1)")
-    p.add_argument("--scale", type=float, default=1 / 255, help="pixel scale applied first (default 1/255)")
+    p.add_argument("--scale", type=number(above=0, maximum=1e6), default=1 / 255,
+                   help="pixel scale applied first (default 1/255)")
     p.add_argument("--layout", choices=("NCHW", "NHWC"), default="NCHW", help="model input layout")
     p.add_argument("--channels", choices=("RGB", "BGR", "GRAY"), default="RGB", help="channel order")
-    p.add_argument("--max-samples", type=int, default=None, help="use at most this many calibration samples")
+    p.add_argument("--max-samples", type=integer(1), default=None, help="use at most this many calibration samples")
 
 
 def preprocess_from_args(args: argparse.Namespace) -> ImagePreprocess:
     """The ImagePreprocess of the parsed options."""
+    from engine.limits import excerpt, require_budget
+
     resize = None
     if getattr(args, "resize", None):
-        dims = _floats(args.resize, "--resize")
+        dims = numbers(args.resize, "--resize")
         if len(dims) != 2 or any(d <= 0 or d != int(d) for d in dims):
-            raise UsageError(f"--resize {args.resize!r}: expected H,W (positive integers)")
+            raise UsageError(f"--resize {excerpt(args.resize)}: expected H,W (positive integers)")
         resize = (int(dims[0]), int(dims[1]))
+        require_budget("--resize", resize[0] * resize[1], IMAGE_BYTES_PER_PIXEL, "each preprocessed image",
+                       CalibLimits().max_sample_bytes, shown=f"{resize[0]},{resize[1]}")
     return ImagePreprocess(
         resize=resize,
-        mean=_floats(args.mean, "--mean") if getattr(args, "mean", None) else (0.0,),
-        std=_floats(args.std, "--std") if getattr(args, "std", None) else (1.0,),
+        mean=numbers(args.mean, "--mean") if getattr(args, "mean", None) else (0.0,),
+        std=numbers(args.std, "--std") if getattr(args, "std", None) else (1.0,),
         scale=getattr(args, "scale", 1 / 255),
         layout=getattr(args, "layout", "NCHW"),
         channels=getattr(args, "channels", "RGB"),
@@ -56,8 +57,6 @@ def calib_from_args(args: argparse.Namespace, graph: Graph) -> CalibrationSet | 
         return None
     data = load_calibration(args.calib, graph, preprocess_from_args(args), CalibLimits())
     if getattr(args, "max_samples", None):
-        if args.max_samples <= 0:
-            raise UsageError("--max-samples must be positive")
         data = data.take(args.max_samples)
     return data
 
@@ -82,16 +81,24 @@ class TerminalProgress:
         self.out.stderr.flush()
 
 
-def write_model_atomic(graph: Graph, dest: Path) -> None:
-    """Check and write a graph as ONNX atomically (never a partial file)."""
+def checked_model_bytes(graph: Graph) -> bytes:
+    """The serialized QDQ model, checked by ONNX and for usable scales (never a broken model)."""
     import onnx
 
     from engine.ir.onnx_io import to_onnx
-    from engine.project import atomic_write
+    from engine.quant.verify import check_qdq_scales
 
     model = to_onnx(graph)
     onnx.checker.check_model(model, full_check=True)
-    atomic_write(dest, model.SerializeToString())
+    check_qdq_scales(model)
+    return model.SerializeToString()
+
+
+def write_model_atomic(graph: Graph, dest: Path) -> None:
+    """Check and write a graph as ONNX atomically (never a partial file)."""
+    from engine.outputs import atomic_write
+
+    atomic_write(dest, checked_model_bytes(graph))
 
 
 def optimize_for_quantization(graph: Graph) -> Graph:
@@ -105,10 +112,17 @@ def optimize_for_quantization(graph: Graph) -> Graph:
 
 def cmd_quantize(args: argparse.Namespace, out: Out) -> int:
     """Calibrate, quantize to QDQ, write the model and the report."""
+    from engine.outputs import Outputs
     from engine.quant.api import quantize
     from engine.quant.config import QuantConfig
 
+    outputs = Outputs(inputs=[args.model, args.calib])
+    dest = outputs.add("-o", args.output)
+    report_path = outputs.add("--report", args.report)
     graph = load_model_arg(args)
+    from engine.quant.verify import check_quantizable
+
+    check_quantizable(graph)
     config = QuantConfig(method=args.method, per_channel=args.per_channel, symmetric=args.symmetric,
                          dtype=args.dtype, percentile=args.percentile)
     data = calib_from_args(args, graph)
@@ -124,13 +138,11 @@ def cmd_quantize(args: argparse.Namespace, out: Out) -> int:
         raise
     if args.target_sqnr is not None or args.target_cosine is not None:
         result = _mixed_precision(args, graph, data, result, progress, out)
-    write_model_atomic(result.graph, Path(args.output))
+    files = {dest: checked_model_bytes(result.graph)}
     report = result.report()
-    if args.report:
-        try:
-            Path(args.report).write_text(json.dumps(report, indent=2) + "\n")
-        except OSError as exc:
-            raise InputError(f"{args.report}: cannot write: {exc.strerror}") from None
+    if report_path is not None:
+        files[report_path] = (json.dumps(report, indent=2) + "\n").encode("utf-8")
+    outputs.commit(files)
     for name, o in report["outputs"].items():
         out.line(f"output {name}: cosine {o['cosine']:.5f}  SQNR {o['sqnr_db']:.2f} dB")
     worst = sorted(report["layers"], key=lambda r: r["sqnr_db"])[:5]
@@ -185,13 +197,15 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--per-channel", action="store_true", help="per-output-channel weight scales")
     p.add_argument("--symmetric", action="store_true", help="symmetric activations (zero point 0)")
     p.add_argument("--dtype", choices=("int8", "uint8", "int16"), default="int8", help="activation type")
-    p.add_argument("--percentile", type=float, default=99.99, help="for --method percentile")
+    p.add_argument("--percentile", type=number(above=0, maximum=100), default=99.99, help="for --method percentile")
     p.add_argument("--report", metavar="R.json", help="write the per-layer error report")
-    p.add_argument("--analysis-samples", type=int, default=16, help="samples used for the error analysis")
+    p.add_argument("--analysis-samples", type=integer(0, 10_000), default=16,
+                   help="samples used for the error analysis")
     p.add_argument("--no-optimize", action="store_true", help="quantize the graph as loaded (no BN folding/fusion)")
-    p.add_argument("--target-sqnr", type=float, metavar="DB",
+    p.add_argument("--target-sqnr", type=number(minimum=-1000, maximum=1000), metavar="DB",
                    help="mixed precision: raise the most sensitive layers until every output reaches this SQNR")
-    p.add_argument("--target-cosine", type=float, metavar="C", help="mixed precision: ... this cosine")
+    p.add_argument("--target-cosine", type=number(minimum=-1, maximum=1), metavar="C",
+                   help="mixed precision: ... this cosine")
     p.add_argument("--raise-to", choices=("int16", "fp16", "bf16"), default="int16", help="precision of raised layers")
     p.add_argument("--target", metavar="T", help="hardware target pricing each raise in latency")
     p.add_argument("--quiet", action="store_true", help="no progress display")

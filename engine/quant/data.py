@@ -47,6 +47,8 @@ class CalibLimits:
 
     max_samples: int = 10_000
     max_bytes: int = 4 * 1024**3
+    max_sample_bytes: int = 1024**3  # one preprocessed image (--resize) at most
+    max_image_pixels: int = 50_000_000  # a header claiming more is refused before decoding
 
 
 class CalibrationSet:
@@ -166,9 +168,33 @@ def load_npy_folder(path: Path, graph: Graph, limits: CalibLimits) -> Calibratio
     return CalibrationSet(str(path), len(files), make)
 
 
-def load_image(path: Path, inp: Value, pre: ImagePreprocess) -> np.ndarray:
+def _open_image(path: Path, max_pixels: int):
+    """A PIL image whose header was read and whose pixel count is within ``max_pixels``."""
+    import warnings
+
+    from PIL import Image
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            im = Image.open(path)
+    except Image.DecompressionBombError:
+        raise InputError(f"{path}: the image header claims more pixels than the budget of "
+                         f"{max_pixels:,} pixels (a decompression bomb?)") from None
+    except Exception as exc:  # PIL raises many types for a broken header
+        raise InputError(f"{path}: not a readable image ({type(exc).__name__})") from None
+    w, h = im.size
+    if w * h > max_pixels:
+        im.close()
+        raise InputError(f"{path}: the image header claims {w}x{h} pixels, over the budget of "
+                         f"{max_pixels:,} pixels; nothing was decoded")
+    return im
+
+
+def load_image(path: Path, inp: Value, pre: ImagePreprocess,
+               max_pixels: int = CalibLimits.max_image_pixels) -> np.ndarray:
     """Decode and preprocess one image into the input's layout (batch dim included)."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image
 
     shape = inp.type.shape
     if shape is None or len(shape) != 4:
@@ -182,13 +208,17 @@ def load_image(path: Path, inp: Value, pre: ImagePreprocess) -> np.ndarray:
     if not isinstance(h, int) or not isinstance(w, int):
         raise InputError(f"{path}: input {inp.name!r} has dynamic spatial dims; give --resize H,W")
     try:
-        with Image.open(path) as im:
+        with _open_image(path, max_pixels) as im:
             im.load()
             mode = "L" if pre.channels == "GRAY" else "RGB"
             im = im.convert(mode).resize((w, h), Image.Resampling.BILINEAR)
             arr = np.asarray(im, dtype=np.float32)
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
-        raise InputError(f"{path}: not a readable image ({type(exc).__name__}: {exc})") from None
+    except InputError:
+        raise
+    except MemoryError:
+        raise InputError(f"{path}: out of memory decoding the image") from None
+    except Exception as exc:  # truncated or corrupt data: PIL raises OSError, ValueError, SyntaxError...
+        raise InputError(f"{path}: not a readable image ({type(exc).__name__})") from None
     if arr.ndim == 2:
         arr = arr[:, :, None]
     if pre.channels == "BGR":
@@ -214,6 +244,11 @@ def load_image_folder(path: Path, graph: Graph, pre: ImagePreprocess, limits: Ca
     if len(files) > limits.max_samples:
         raise InputError(f"{path}: {len(files)} images is over the limit of {limits.max_samples}")
     inp = inputs[0]
+    channels = 1 if pre.channels == "GRAY" else 3
+    for option, values in (("--mean", pre.mean), ("--std", pre.std)):
+        if len(values) not in (1, channels):
+            raise InputError(f"{option}: {len(values)} values for {pre.channels} images; give 1 or {channels} "
+                             "(one per channel)")
     for f in files:  # decode every file once up front: a corrupt image is named before work starts
         _check_sample(load_image(f, inp, pre), inp, str(f))
     return CalibrationSet(str(path), len(files),
@@ -227,11 +262,16 @@ def load_calibration(source: str | Path, graph: Graph, preprocess: ImagePreproce
     limits = limits or CalibLimits()
     if not path.exists():
         raise InputError(f"{path}: no such file or folder (--calib)")
+    if not path.is_file() and not path.is_dir():
+        raise InputError(f"{path}: not a regular file or folder (--calib)")
     if path.is_file():
         if path.suffix.lower() == ".npz":
             return load_npz(path, graph, limits)
         raise InputError(f"{path}: calibration data must be an .npz file or a folder of images or .npy files")
-    entries = [p for p in path.iterdir() if p.is_file()]
+    try:
+        entries = [p for p in path.iterdir() if p.is_file()]
+    except OSError as exc:
+        raise InputError(f"{path}: cannot list the folder: {exc.strerror} (--calib)") from None
     if any(p.suffix == ".npy" for p in entries):
         return load_npy_folder(path, graph, limits)
     if any(p.suffix.lower() in IMAGE_SUFFIXES for p in entries):

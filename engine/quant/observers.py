@@ -18,6 +18,10 @@ import numpy as np
 METHODS = ("minmax", "percentile", "entropy", "mse")
 
 
+class NonFiniteError(ValueError):
+    """An observed tensor holds NaN or infinite values (the caller names the tensor)."""
+
+
 class Observer:
     """Base class: ``update`` with batches, then ``range()`` gives (lo, hi)."""
 
@@ -31,8 +35,11 @@ class Observer:
         if x.size == 0:
             return
         x = np.asarray(x)
-        self.min = min(self.min, float(x.min()))
-        self.max = max(self.max, float(x.max()))
+        lo, hi = float(x.min()), float(x.max())
+        if not (np.isfinite(lo) and np.isfinite(hi)):  # NaN propagates through min/max
+            raise NonFiniteError(f"holds NaN or infinite values (range [{lo:.3g}, {hi:.3g}])")
+        self.min = min(self.min, lo)
+        self.max = max(self.max, hi)
         self.count += int(x.size)
 
     def range(self, nlevels: int = 256) -> tuple[float, float]:
@@ -40,6 +47,12 @@ class Observer:
         if self.count == 0:
             return 0.0, 0.0
         return self.min, self.max
+
+    def merge(self, other: Observer) -> None:
+        """Add what ``other`` saw (another shard of the samples): min, max and count are exact."""
+        self.min = min(self.min, other.min)
+        self.max = max(self.max, other.max)
+        self.count += other.count
 
 
 class MinMaxObserver(Observer):
@@ -75,9 +88,33 @@ class HistogramObserver(Observer):
         if self.amax == 0.0:
             self.hist[0] += a.size
             return
-        idx = (a * (self.bins / self.amax)).astype(np.int64)
+        per_unit = self.bins / self.amax
+        if per_unit > 1e30:  # a denormal range: float32 would overflow the bin arithmetic to inf
+            a = a.astype(np.float64)
+        idx = (a * per_unit).astype(np.int64)
         np.minimum(idx, self.bins - 1, out=idx)
         self.hist += np.bincount(idx, minlength=self.bins)
+
+    def preset_range(self, absmax: float) -> None:
+        """Fix the histogram's range from a known max |x| (a first pass over all samples), so it
+        never re-bins: then the counts of any split of the samples add up exactly (see ``merge``)."""
+        if self.count:
+            raise ValueError("preset_range must come before the first update")
+        self.amax = absmax * 1.0001 if absmax > 0 else 0.0
+
+    def merge(self, other: Observer) -> None:
+        """Add another shard's histogram. Exact when both share one preset range (counts are
+        integers held in float64); histograms over different ranges cannot be merged exactly."""
+        if not isinstance(other, HistogramObserver) or other.bins != self.bins:
+            raise ValueError("only histograms with the same number of bins merge")
+        if other.count and self.count and other.amax != self.amax:
+            raise ValueError(f"histograms over different ranges ({self.amax!r} vs {other.amax!r}) do not "
+                             "merge exactly; preset both with the range of all samples")
+        if not self.count:
+            self.amax = other.amax
+        super().merge(other)
+        self.hist = self.hist + other.hist
+        self.zeros += other.zeros
 
     def _widen(self, top: float) -> None:
         new = top * 1.0001

@@ -22,6 +22,7 @@ from engine.quant.calibrate import (
     Calibration,
     fused_into_producer,
     is_float_activation,
+    is_float_dtype,
     quantizable_nodes,
 )
 from engine.quant.config import QuantConfig, quant_spec
@@ -176,14 +177,38 @@ class _Builder:
             return cached
         scale = self.const(f"{v.name}_scale", np.asarray(qp.scale, np.float32))
         zp = self.const(f"{v.name}_zero_point", np.asarray(qp.zero_point))
-        q = self.g.make_node("QuantizeLinear", [v, scale, zp], name=f"{v.name}_QuantizeLinear",
+        src = self.to_float32(v)
+        q = self.g.make_node("QuantizeLinear", [src, scale, zp], name=f"{v.name}_QuantizeLinear",
                              output_names=[f"{v.name}_quantized"])
         q.outputs[0].type = TensorType(np.asarray(qp.zero_point).dtype, v.type.shape)
         dq = self.g.make_node("DequantizeLinear", [q.outputs[0], scale, zp], name=f"{v.name}_DequantizeLinear",
                               output_names=[f"{v.name}_dequantized"])
         dq.outputs[0].type = TensorType(np.dtype(np.float32), v.type.shape)
-        self.qdq_cache[(v.name, key)] = dq.outputs[0]
-        return dq.outputs[0]
+        out = self.from_float32(dq.outputs[0], v.type.dtype)
+        self.qdq_cache[(v.name, key)] = out
+        return out
+
+    def to_float32(self, v: Value) -> Value:
+        """``v`` itself when float32 (or unknown), else a Cast of it to float32: QuantizeLinear
+        takes float16/bfloat16 only from opset 19, and the model keeps its own opset."""
+        dt = v.type.dtype
+        if dt is None or np.dtype(dt) == np.float32:
+            return v
+        c = self.g.make_node("Cast", [v], attrs={"to": TensorProto.FLOAT}, name=f"{v.name}_to_float32",
+                             output_names=[f"{v.name}_float32"])
+        c.outputs[0].type = TensorType(np.dtype(np.float32), v.type.shape)
+        return c.outputs[0]
+
+    def from_float32(self, v: Value, dtype) -> Value:
+        """A float32 dequantized value cast back to the model's float type (float16/bfloat16)."""
+        if dtype is None or np.dtype(dtype) == np.float32:
+            return v
+        from nodes.types import onnx_elem_type
+
+        c = self.g.make_node("Cast", [v], attrs={"to": onnx_elem_type(np.dtype(dtype))}, name=f"{v.name}_to_model_type",
+                             output_names=[f"{v.name}_{np.dtype(dtype).name}"])
+        c.outputs[0].type = TensorType(np.dtype(dtype), v.type.shape)
+        return c.outputs[0]
 
     def cast_pair(self, v: Value, precision: str) -> Value:
         cached = self.qdq_cache.get((v.name, precision))
@@ -200,7 +225,7 @@ class _Builder:
 
     def weight(self, node: Node, idx: int, precision: str) -> QuantParams | None:
         w = node.inputs[idx]
-        if w is None or w.const is None or w.const.dtype.kind != "f":
+        if w is None or w.const is None or not is_float_dtype(w.const.dtype):
             return None
         if precision in FLOAT_PRECISIONS:
             if precision != "fp32":
@@ -211,14 +236,14 @@ class _Builder:
         axis = q.weight_axis(node) if q is not None and q.weight_axis is not None else 0
         qp = weight_params(w.const, wdt, True, self.config.per_channel and w.const.ndim >= 2, axis,
                            self.config.reduce_range)
-        qw = self.const(f"{w.name}_quantized", quantize_array(w.const, qp))
+        qw = self.const(f"{w.name}_quantized", quantize_array(w.const.astype(np.float32), qp))
         scale = self.const(f"{w.name}_scale", np.asarray(qp.scale, np.float32))
         zp = self.const(f"{w.name}_zero_point", np.asarray(qp.zero_point))
         attrs = {"axis": axis} if qp.per_channel else {}
         dq = self.g.make_node("DequantizeLinear", [qw, scale, zp], attrs=attrs, name=f"{w.name}_DequantizeLinear",
                               output_names=[f"{w.name}_dequantized"])
         dq.outputs[0].type = TensorType(np.dtype(np.float32), w.type.shape)
-        node.set_input(idx, dq.outputs[0])
+        node.set_input(idx, self.from_float32(dq.outputs[0], w.const.dtype))
         self.res.weights[w.name] = qp
         return qp
 
@@ -233,7 +258,7 @@ class _Builder:
         bqp = bias_params(in_qp, w_qp)
         if np.ndim(bqp.scale) == 1 and bqp.scale.shape[0] != b.const.shape[0]:
             return
-        qb = np.clip(np.rint(b.const.astype(np.float64) / bqp.scale), -(2**31), 2**31 - 1).astype(np.int32)
+        qb = np.clip(np.rint(b.const.astype(np.float32).astype(np.float64) / bqp.scale), -(2**31), 2**31 - 1).astype(np.int32)
         qv = self.const(f"{b.name}_quantized", qb)
         scale = self.const(f"{b.name}_scale", np.asarray(bqp.scale, np.float32))
         zp = self.const(f"{b.name}_zero_point", np.zeros(np.shape(bqp.scale), np.int32))
@@ -241,7 +266,7 @@ class _Builder:
         dq = self.g.make_node("DequantizeLinear", [qv, scale, zp], attrs=attrs, name=f"{b.name}_DequantizeLinear",
                               output_names=[f"{b.name}_dequantized"])
         dq.outputs[0].type = TensorType(np.dtype(np.float32), b.type.shape)
-        node.set_input(idx, dq.outputs[0])  # type: ignore[arg-type]
+        node.set_input(idx, self.from_float32(dq.outputs[0], b.const.dtype))  # type: ignore[arg-type]
         self.res.biases[b.name] = bqp
 
 

@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from engine.cli import EXIT_OK, Out, UsageError, add_model_args, extra_command, load_model_arg
+from engine.cli_options import integer, number
 from engine.errors import InputError
+from engine.limits import excerpt
+
+TIMELINE_BUDGET = 64 * 10**6
+"""Memory --stream and --thermal may spend on their per-frame / per-run timelines."""
+STREAM_BYTES_PER_FRAME = 7 * 8  # pre, infer, take, done, start, latency and a percentile copy (float64)
+THERMAL_BYTES_PER_RUN = 2 * 8 + 32  # latency and clock arrays, and the per-run latency list of floats
 
 
 def _fmt_us(us: float) -> str:
@@ -93,10 +100,10 @@ def _parse_pins(items: list[str] | None) -> dict[str, str]:
     pins: dict[str, str] = {}
     for text in items or []:
         if "=" not in text:
-            raise UsageError(f"--pin {text!r}: expected NODE=npu or NODE=cpu")
+            raise UsageError(f"--pin {excerpt(text)}: expected NODE=npu or NODE=cpu")
         name, dev = text.rsplit("=", 1)
         if dev.lower() not in ("npu", "cpu") or not name:
-            raise UsageError(f"--pin {text!r}: expected NODE=npu or NODE=cpu")
+            raise UsageError(f"--pin {excerpt(text)}: expected NODE=npu or NODE=cpu")
         pins[name] = dev.lower()
     return pins
 
@@ -135,6 +142,7 @@ def cmd_simulate(args: argparse.Namespace, out: Out) -> int:
         return EXIT_OK
     if not args.model:
         raise UsageError("simulate: MODEL is required (or --list-targets)")
+    check_work_options(args)
     if not args.target:
         raise UsageError("simulate: --target is required (see --list-targets)")
     target = resolve_target(args.target)
@@ -166,14 +174,16 @@ def cmd_simulate(args: argparse.Namespace, out: Out) -> int:
     return EXIT_OK
 
 
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
-    return v
+def check_work_options(args: argparse.Namespace) -> None:
+    """Refuse --stream / --thermal values whose timelines would exceed TIMELINE_BUDGET, at once."""
+    from engine.limits import require_budget
+    from engine.sim.thermal import MAX_RUNS
+
+    if args.stream:
+        require_budget("--stream", args.stream, STREAM_BYTES_PER_FRAME, "the frame timeline", TIMELINE_BUDGET)
+    if args.thermal:
+        require_budget("--thermal", args.thermal, THERMAL_BYTES_PER_RUN, "the run timeline",
+                       min(TIMELINE_BUDGET, MAX_RUNS * THERMAL_BYTES_PER_RUN))
 
 
 @extra_command
@@ -191,11 +201,11 @@ def add_simulate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument("--list-targets", action="store_true", help="list the bundled targets and exit")
     p.add_argument("--pin", action="append", metavar="NODE=npu|cpu", help="force a node onto a device (repeatable)")
-    p.add_argument("--stream", type=_positive, metavar="FRAMES", help="also simulate a stream of FRAMES frames")
-    p.add_argument("--queue", type=int, default=3, metavar="N", help="stream queue depth (default 3)")
-    p.add_argument("--fps", type=float, metavar="RATE",
+    p.add_argument("--stream", type=integer(1), metavar="FRAMES", help="also simulate a stream of FRAMES frames")
+    p.add_argument("--queue", type=integer(1, 1000), default=3, metavar="N", help="stream queue depth (default 3)")
+    p.add_argument("--fps", type=number(above=0, maximum=1e6), metavar="RATE",
                    help="stream: a camera delivers RATE frames per second (default: frames always ready)")
-    p.add_argument("--thermal", type=int, nargs="?", const=0, metavar="RUNS",
+    p.add_argument("--thermal", type=integer(0), nargs="?", const=0, metavar="RUNS",
                    help="also simulate sustained load (RUNS iterations; default: until steady)")
     p.add_argument("--all", action="store_true", help="list every op in the text report")
     p.add_argument("--no-optimize", action="store_true", help="simulate the graph as loaded, without optimizing")

@@ -13,11 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from engine.errors import ExecutionError
+from engine.errors import ExecutionError, InputError, InternalError, ModelError
 from engine.ir.fused import activation_fn
 from engine.ir.graph import Graph, Node
 from nodes import registry
-from nodes.spec import OpError, OpSpec, RunContext
+from nodes.spec import NodeContext, OpError, OpSpec, RunContext
+from nodes.types import TensorType
 
 NodeHook = Callable[[Node, list[np.ndarray | None]], None]
 
@@ -52,8 +53,9 @@ class _Plan:
         for k, node in enumerate(order):
             spec = registry.get(node.op_type, node.domain)
             if spec is None:
-                raise ExecutionError(f"op {node.op_type!r}{' of domain ' + node.domain if node.domain else ''} "
-                                     f"(node {node.name!r}) is not supported by the executor")
+                from engine.unsupported import unsupported_message
+
+                raise ExecutionError(unsupported_message(graph, node.op_type, node.domain))
             try:
                 attrs = spec.resolve_attrs(node)
             except OpError as exc:
@@ -107,17 +109,41 @@ def _execute(step: _Step, env: Mapping[str, Any], local: dict[str, Any]) -> None
         res = step.spec.reference(step.ctx, *args)
         if step.activation is not None:
             res = [step.activation(_first(res))]
-    except ExecutionError:
+    except (ExecutionError, InputError, ModelError, InternalError):
         raise
-    except OpError as exc:
+    except OpError as exc:  # a check a spec makes on purpose: the model or its data is at fault
         raise ExecutionError(f"node {step.node.name!r} ({step.node.op_type}): {exc}") from exc
-    except (ValueError, IndexError, TypeError, ZeroDivisionError, OverflowError,
-            MemoryError, AssertionError) as exc:
-        raise ExecutionError(f"node {step.node.name!r} ({step.node.op_type}) failed: {exc}") from exc
+    except MemoryError:
+        raise ExecutionError(f"node {step.node.name!r} ({step.node.op_type}) ran out of memory") from None
+    except Exception as exc:
+        refusal = _shape_rule_refusal(step, args)
+        if refusal is not None:  # inputs the op's own shape rule refuses: the model is at fault
+            raise ExecutionError(f"node {step.node.name!r} ({step.node.op_type}): {refusal}") from exc
+        # inputs the op accepts and a kernel that fails on them: a bug in our kernel, not bad input
+        raise InternalError(f"node {step.node.name!r} ({step.node.op_type}) raised "
+                            f"{type(exc).__name__}: {exc}") from exc
     outs = [np.asarray(res)] if isinstance(res, (np.ndarray, np.generic)) else list(res)
     for name, arr in zip(step.outputs, outs):
         if name is not None:
             local[name] = arr if isinstance(arr, np.ndarray) or arr is None else np.asarray(arr)
+
+
+def _shape_rule_refusal(step: _Step, args: list[Any]) -> str | None:
+    """The OpError text when the spec's inference refuses the actual inputs, else None.
+
+    Asked only after a kernel failed: a kernel may rely on the checks its shape rule makes, so
+    inputs that rule refuses (a broadcast mismatch in a graph whose shapes were unknown before
+    running) are the model's fault, while a failure on inputs the rule accepts is a bug.
+    """
+    types = [None if a is None else TensorType.of(np.asarray(a)) if isinstance(a, (np.ndarray, np.generic))
+             else None for a in args]
+    try:
+        step.spec.infer(NodeContext(step.node, step.spec, types, list(args)))
+    except OpError as exc:
+        return str(exc)
+    except Exception:  # the rule itself cannot judge these inputs: keep the kernel's failure
+        return None
+    return None
 
 
 def _first(res: Any) -> np.ndarray:

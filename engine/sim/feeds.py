@@ -53,8 +53,12 @@ def read_npz(path: str | Path, what: str) -> dict[str, np.ndarray]:
         with np.load(p, allow_pickle=False) as z:
             if not hasattr(z, "files"):
                 raise InputError(f"{path}: not an .npz archive ({what})")
-            return {k: z[k] for k in z.files}
+            arrays = {k: z[k] for k in z.files}
+        for k, a in arrays.items():
+            if not isinstance(a, np.ndarray):  # a member without the .npy header comes back as raw bytes
+                raise InputError(f"{path}: member {k[:40]!r} is not a numpy array ({what})")
+        return arrays
     except InputError:
         raise
     except Exception as exc:  # zipfile, pickle and format errors all mean "not a usable npz"
-        raise InputError(f"{path}: cannot read as .npz ({what}): {type(exc).__name__}: {exc}") from None
+        raise InputError(f"{path}: cannot read as .npz ({what}): {type(exc).__name__}: {str(exc)[:80]}") from None

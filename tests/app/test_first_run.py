@@ -90,11 +90,10 @@ def test_model_opened_without_a_target_is_placed_and_compiled(placed_window):
 
 
 def test_one_edit_places_the_edited_graph_exactly_once(placed_window, monkeypatch):
-    from app import placement
-    from app.commands import SetAttrCommand
-
     import threading
 
+    from app import placement
+    from app.commands import SetAttrCommand
     from engine.ir import clone
 
     calls = []
