@@ -21,17 +21,18 @@ from tests.models import ROOT
 pytestmark = pytest.mark.gui
 
 
-def _negative_dim_model(path: Path) -> Path:
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, -1, -1])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
-    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "neg", [x], [y])
+def _unloadable_model(path: Path) -> Path:
+    """A model file the loader refuses (a node reads a tensor nothing defines)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 8])
+    g = helper.make_graph([helper.make_node("Add", ["x", "nowhere"], ["y"])], "broken", [x], [y])
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
     return path
 
 
 def test_screenshot_of_a_model_that_cannot_load_exits_2_with_one_error_line(tmp_path):
     """It used to wait forever on a warning box nobody could click (and could miss the failure)."""
-    model = _negative_dim_model(tmp_path / "neg.onnx")
+    model = _unloadable_model(tmp_path / "broken.onnx")
     shot = tmp_path / "shot.png"
     env = {"QT_QPA_PLATFORM": "offscreen", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     t0 = time.monotonic()
@@ -41,7 +42,7 @@ def test_screenshot_of_a_model_that_cannot_load_exits_2_with_one_error_line(tmp_
     assert res.returncode == 2, res.stderr
     lines = res.stderr.splitlines()
     assert len(lines) == 1, lines
-    assert lines[0].startswith("error:") and "neg.onnx" in lines[0]
+    assert lines[0].startswith("error:") and "broken.onnx" in lines[0]
     assert not shot.exists()
     assert seconds < 30  # the brief's bar is 10 s on an idle machine; a hang is 60 s and fails above
 
