@@ -35,6 +35,8 @@ class CompileOptions:
     analysis_samples: int = 8
     max_batch: int = 1
     profiling: bool = False
+    vela: bool = False
+    require_tflite: bool = False
 
 
 @dataclass
@@ -48,6 +50,8 @@ class CompileResult:
     optimize_trace: list = field(default_factory=list)
     quant: Any = None
     sim: Any = None
+    tflite: Any = None
+    vela: Any = None
     calibration_source: str = ""
     diagnostics: list[Diagnostic] = field(default_factory=list)
 
@@ -96,9 +100,12 @@ def optimize_graph(graph: Graph, disabled: tuple[str, ...] = ()) -> tuple[Graph,
 
 def quant_config_for(quant: QuantConfig, target: Any) -> QuantConfig:
     """The QuantConfig a compile for ``target`` uses: int8 (the default) follows the target's
-    integer precision (uint8, int16); any other explicit dtype is kept."""
+    integer precision (uint8, int16); any other explicit dtype is kept; a target that exports
+    TFLite gets the TFLite int8 scheme (per-channel, asymmetric activations, int8)."""
     if target.npu.precision in INTEGER_PRECISIONS and target.npu.precision != quant.dtype and quant.dtype == "int8":
-        return dataclasses.replace(quant, dtype=target.npu.precision)
+        quant = dataclasses.replace(quant, dtype=target.npu.precision)
+    if target.exports_tflite():  # what the TFLite int8 spec requires (engine/quant/tflite_spec.py)
+        quant = dataclasses.replace(quant, tflite=True, per_channel=True, symmetric=False, dtype="int8")
     return quant
 
 
@@ -122,6 +129,14 @@ def compile_model(graph: Graph, target: Any, calibration: CalibrationSet | None 
     options = options or CompileOptions()
     target = resolve_target(target)
     require_static(graph)
+    if options.vela and not target.exports_tflite():
+        raise InputError(f"--vela: target {target.name!r} does not export TFLite (its YAML lists exports: "
+                         f"{', '.join(target.exports)}); vela compiles TFLite only")
+    if options.vela:
+        from engine.export.vela import INSTALL_HINT, vela_available
+
+        if not vela_available():
+            raise InputError(f"--vela needs Arm's vela, which is not installed: {INSTALL_HINT}")
 
     def step(name: str, done: int, total: int) -> None:
         if cancel is not None and cancel():
@@ -134,8 +149,17 @@ def compile_model(graph: Graph, target: Any, calibration: CalibrationSet | None 
                                calibration_source=reuse.calibration_source, diagnostics=list(reuse.diagnostics))
         return _simulate(result, step)
 
+    tflite = target.exports_tflite()
+    disabled = tuple(options.disabled_passes)
+    if tflite:
+        from engine.quant.tflite_spec import disabled_fusions, divisions_to_multiplications
+
+        disabled += tuple(d for d in disabled_fusions() if d not in disabled)
     step("optimize", 0, 1)
-    optimized, trace, diags = optimize_graph(graph, options.disabled_passes)
+    optimized, trace, diags = optimize_graph(graph, disabled)
+    if tflite and divisions_to_multiplications(optimized):
+        diags.append(Diagnostic(INFO, None, "div-as-mul", "division by constants written as multiplication "
+                                "by their reciprocals (TFLite int8 has no DIV that the NPU runs)"))
     step("optimize", 1, 1)
     result = CompileResult(graph, optimized, target, options, trace, diagnostics=diags)
 
@@ -165,6 +189,24 @@ def compile_model(graph: Graph, target: Any, calibration: CalibrationSet | None 
                 raise
             result.diagnostics.append(Diagnostic(INFO, None, "nothing-to-quantize", str(exc)))
         result.calibration_source = data.source
+        if tflite and result.quant is not None:
+            from engine.export.tflite_lower import lower
+
+            step("tflite", 0, 1)
+            try:
+                result.tflite = lower(result.quant.graph)
+            except InputError as exc:
+                if options.require_tflite or options.vela:
+                    raise
+                result.diagnostics.append(Diagnostic(WARNING, None, "no-tflite", f"model.tflite not written: {exc}"))
+            step("tflite", 1, 1)
+            if options.vela and result.tflite is not None:
+                from engine.export.tflite import export_bytes
+                from engine.export.vela import run_vela
+
+                step("vela", 0, 1)
+                result.vela = run_vela(export_bytes(result.tflite), result.tflite, target.vela, target.name)
+                step("vela", 1, 1)
     else:
         result.diagnostics.append(Diagnostic(
             INFO, None, "float-target", f"target {target.name!r} runs {target.npu.precision}: no QDQ model"))

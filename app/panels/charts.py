@@ -43,6 +43,12 @@ QUANT_METRICS = {"sqnr": "SQNR (dB), lower is worse", "cosine": "1 − cosine si
 def latency_rows(result, before=None) -> list[BarRow]:
     """One bar per op of a result, slowest first (``before``: the result before a what-if)."""
     old = {o.node: o for o in before.sim.ops} if before is not None else {}
+    vela = getattr(getattr(result, "compile", None), "vela", None)
+    vela_cycles = {}
+    if vela is not None:
+        from engine.export.vela import node_cycles
+
+        vela_cycles = node_cycles(vela)
     rows = []
     for o in sorted(result.sim.ops, key=lambda o: -o.latency_us):
         c = o.cost
@@ -55,6 +61,9 @@ def latency_rows(result, before=None) -> list[BarRow]:
                f"overhead {fmt_us(c.overhead_us)}")
         if o.fallback_reason:
             tip += f"\nwhy the CPU: {o.fallback_reason}"
+        if o.node in vela_cycles:
+            label += f" · vela {vela_cycles[o.node]:,} cyc"
+            tip += f"\nvela: {vela_cycles[o.node]:,} cycles"
         rows.append(BarRow(o.node, o.latency_us, device_color(o.device), label, tip,
                            ghost=was.latency_us if was is not None else None))
     return rows
@@ -224,6 +233,9 @@ class ChartsPanel(QDockWidget):
         head = (f"<b>Per-op latency</b>: {len(rows)} ops, {fmt_us(sim.latency_us)} on "
                 f"{result.compile.target.name}{' (modified)' if result.what_if_hardware else ''}"
                 f" · {summ['npu_ops']} NPU, {summ['cpu_ops']} CPU, {summ['transfers']} transfers")
+        vela = getattr(result.compile, "vela", None)
+        if vela is not None:
+            head += f" · vela: {vela.total_cycles:,} cycles ({fmt_us(vela.latency_us)}), {vela.cpu_ops} CPU ops"
         if before is not None:
             d = sim.latency_us - before.sim.latency_us
             head += (f"<br><span style='color:#2563eb'>after the pin: {fmt_us(before.sim.latency_us)} → "

@@ -76,6 +76,16 @@ def plan_document(result: CompileResult) -> dict[str, Any]:
                 op["quant"] = {"precision": result.quant.model.node_precision.get(op["node"]),
                                "inputs": {k: v.to_json() for k, v in node_p.items()}}
     doc["optimize"] = {"passes": _trace_json(result)}
+    if result.tflite is not None:
+        doc["tflite"] = {"file": "model.tflite", **result.tflite.summary()}
+    if result.vela is not None:
+        from engine.export.vela import node_cycles
+
+        doc["vela"] = result.vela.to_json(result.sim.latency_us)
+        cycles = node_cycles(result.vela)
+        for op in doc["ops"]:
+            if op["node"] in cycles:
+                op["vela_cycles"] = cycles[op["node"]]
     return doc
 
 
@@ -165,6 +175,12 @@ def bundle_files(result: CompileResult) -> dict[str, bytes]:
 
             check_qdq_scales(proto)
         files[name] = proto.SerializeToString()
+    if result.tflite is not None:
+        from engine.export.tflite import export_bytes
+
+        files["model.tflite"] = export_bytes(result.tflite)
+    if result.vela is not None:
+        files.update({f"vela/{k}": v for k, v in sorted(result.vela.files.items())})
     model = _model_entry(result)  # serializes and hashes the source once per bundle
     plan = plan_document(result)
     files["plan.json"] = _json(plan)
@@ -209,6 +225,7 @@ def write_bundle(result: CompileResult, outdir: str | Path, force: bool = False)
         raise InputError(f"{outdir}: cannot write: {exc.strerror}") from None
     try:
         for name, data in files.items():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
             with open(tmp / name, "wb") as fh:
                 fh.write(data)
                 fh.flush()

@@ -34,7 +34,8 @@ def options_from_args(args: argparse.Namespace):
 
     return CompileOptions(quant=quant, disabled_passes=disabled_names(args.disable), pins=_pins(args.pin),
                           allow_synthetic_calibration=args.allow_synthetic_calibration,
-                          analysis_samples=args.analysis_samples)
+                          analysis_samples=args.analysis_samples, vela=bool(getattr(args, "vela", False)),
+                          require_tflite=not getattr(args, "no_tflite", False))
 
 
 def _from_project(args: argparse.Namespace):
@@ -99,6 +100,9 @@ def cmd_compile(args: argparse.Namespace, out: Out) -> int:
     for d in result.diagnostics:
         if d.severity == "warning":
             out.info(f"warning: {d.message}")
+    if result.vela is not None:
+        v = result.vela
+        out.line(f"vela: {v.total_cycles} cycles ({v.latency_us:.1f} us), {v.npu_ops} NPU ops, {v.cpu_ops} CPU ops")
     out.line(f"wrote {len(hashes)} files to {outdir}: {', '.join(sorted(hashes))}")
     out.line(f"report: {outdir / 'report.html'}")
     return EXIT_OK
@@ -122,5 +126,10 @@ def _add_compile(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--disable", action="append", metavar="PASS", help="switch off an optimizer pass (repeatable)")
     p.add_argument("--pin", action="append", metavar="NODE=npu|cpu", help="force a node's device (repeatable)")
     p.add_argument("--analysis-samples", type=integer(0, 10_000), default=8)
+    p.add_argument("--vela", action="store_true",
+                   help="run Arm's vela on model.tflite (needs the ethos-u extra); its outputs go to OUTDIR/vela/")
+    p.add_argument("--no-tflite", action="store_true",
+                   help="for a target that exports TFLite: write the bundle without model.tflite when an op "
+                        "has no TFLite int8 form (a warning instead of an error)")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.set_defaults(func=cmd_compile)

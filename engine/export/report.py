@@ -122,6 +122,38 @@ class _Raw(str):
     """Already-escaped HTML."""
 
 
+def _vela_section(sim: dict[str, Any]) -> list[str]:
+    """model.tflite and, with --vela, vela's cycles per layer beside our estimate."""
+    h: list[str] = []
+    tfl = sim.get("tflite")
+    if tfl:
+        counts: dict[str, int] = {}
+        for o in tfl["ops"]:
+            counts[o["op"]] = counts.get(o["op"], 0) + 1
+        h.append(f"<h2>TFLite export ({len(tfl['ops'])} int8 operators in model.tflite)</h2><p>" +
+                 escape(", ".join(f"{k} × {v}" for k, v in sorted(counts.items()))) + "</p>")
+    vela = sim.get("vela")
+    if not vela:
+        return h
+    clock_mhz = float(sim.get("target_summary", {}).get("npu", {}).get("clock_mhz") or 0)
+    h.append(f"<h2>vela beside our estimate ({escape(str(vela.get('accelerator')))}, "
+             f"{escape(str(vela.get('system_config')))}, {escape(str(vela.get('memory_mode')))})</h2>")
+    h.append(_table(["", "ours", "vela"],
+                    [["latency", _fmt_us(sim["latency_us"]), _fmt_us(vela["latency_us"])],
+                     ["NPU / CPU ops", f"{sim['summary']['npu_ops']} / {sim['summary']['cpu_ops']}",
+                      f"{vela['npu_ops']} / {vela['cpu_ops']}"],
+                     ["cycles", f"{sim['latency_us'] * clock_mhz:,.0f}" if clock_mhz else "", f"{vela['total_cycles']:,}"]],
+                    {1, 2}))
+    rows = [[o["node"], o["op_type"], f"{o['latency_us']:.2f}", f"{o['vela_cycles']:,}",
+             f"{o['vela_cycles'] / clock_mhz:.2f}" if clock_mhz else ""]
+            for o in sim["ops"] if "vela_cycles" in o]
+    h.append(_table(["node", "op", "ours µs", "vela cycles", "vela µs"], rows, {2, 3, 4}))
+    if vela.get("cpu_reasons"):
+        h.append("<p>vela keeps on the CPU:</p><ul>" + "".join(f"<li>{escape(r)}</li>" for r in vela["cpu_reasons"])
+                 + "</ul>")
+    return h
+
+
 def render_report(doc: dict[str, Any]) -> str:
     """The HTML page for a compile document (see artifacts.report_document)."""
     sim = doc["simulation"]
@@ -175,6 +207,7 @@ def render_report(doc: dict[str, Any]) -> str:
     h.append("<details><summary>all ops</summary>" +
              _table(["node", "op", "device", "latency µs", "bound", "MACs"], rows, {3, 5}) + "</details>")
 
+    h.extend(_vela_section(sim))
     fallbacks = [o for o in sim["ops"] if o["device"] == "cpu"]
     h.append(f"<h2>CPU fallbacks ({len(fallbacks)})</h2>")
     if fallbacks:

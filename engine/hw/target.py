@@ -11,6 +11,9 @@ globals), so two open documents can aim at two chips. The YAML schema (one secti
 ``cpu``       peak GFLOPS and memory bandwidth of the core running fallback ops.
 ``transfer``  CPU<->NPU bandwidth and fixed cost per transfer (sync, cache maintenance).
 ``thermal``   sustained clock under continuous load and the time constant to reach it.
+``exports``   (optional) the deployable formats compile writes: onnx-qdq (always), tflite.
+``vela``      (optional) how Arm's vela compiles the TFLite file for this NPU: accelerator
+              config, system config and memory mode (names in vela's own vela.ini), config file.
 
 Loading validates everything and raises ``InputError("FILE: field X: ...")`` naming the file
 and the field, which the CLI prints as one ``error:`` line (exit 2).
@@ -75,8 +78,23 @@ NPU_SCHEMA: dict[str, Any] = {
     "ops": Field("mapping_or_list", "supported op types, each with optional constraint overrides"),
 }
 
+EXPORT_FORMATS = ("onnx-qdq", "tflite")
+VELA_ACCELERATORS = ("ethos-u55-32", "ethos-u55-64", "ethos-u55-128", "ethos-u55-256", "ethos-u65-256",
+                     "ethos-u65-512", "ethos-u85-128", "ethos-u85-256", "ethos-u85-512", "ethos-u85-1024",
+                     "ethos-u85-2048")
+VELA_SCHEMA: dict[str, Field] = {
+    "accelerator_config": Field("str", "vela --accelerator-config", choices=VELA_ACCELERATORS),
+    "system_config": Field("str", "vela --system-config (a section of the config file)"),
+    "memory_mode": Field("str", "vela --memory-mode (a section of the config file)"),
+    "config": Field("str", "vela --config file, relative to vela's config_files folder or absolute",
+                    required=False, default="Arm/vela.ini"),
+}
+
 SCHEMA: dict[str, Any] = {
     "name": Field("str", "short target name"),
+    "exports": Field("str_list", "deployable formats compile writes (onnx-qdq, tflite)", required=False,
+                     default=["onnx-qdq"]),
+    "vela": Field("map", "how vela compiles model.tflite for this NPU", required=False),
     "description": Field("str", "one-line description", required=False, default=""),
     "npu": NPU_SCHEMA,
     "cpu": {
@@ -193,7 +211,13 @@ class HardwareTarget:
     constraints: dict[str, Any]
     ops: dict[str, dict[str, Any]]
     source: str = ""
+    exports: tuple[str, ...] = ("onnx-qdq",)
+    vela: dict[str, str] | None = None
     _cache: dict[str, OpConstraints] = field(default_factory=dict, repr=False, compare=False)
+
+    def exports_tflite(self) -> bool:
+        """True when compile writes model.tflite for this target."""
+        return "tflite" in self.exports
 
     def supports(self, op_type: str) -> bool:
         """True when the target lists the op type."""
@@ -321,10 +345,20 @@ def target_from_dict(doc: Any, where: str, known_ops: set[str] | None = None) ->
     if th["sustained_clock_mhz"] > npu.clock_mhz:
         raise fail(where, "thermal.sustained_clock_mhz",
                    f"{th['sustained_clock_mhz']:g} MHz is above the peak npu.clock_mhz {npu.clock_mhz:g}")
+    exports = tuple(d["exports"])
+    for k, fmt in enumerate(exports):
+        if fmt not in EXPORT_FORMATS:
+            raise fail(where, f"exports[{k}]", f"unknown format {fmt!r} (known: {', '.join(EXPORT_FORMATS)})")
+    if "tflite" in exports and npu.precision != "int8":
+        raise fail(where, "exports", f"tflite export needs npu.precision int8, got {npu.precision!r}")
+    vela = check(d["vela"], VELA_SCHEMA, where, "vela") if d["vela"] is not None else None
+    if vela is not None and "tflite" not in exports:
+        raise fail(where, "vela", "vela compiles TFLite: list tflite in exports")
     return HardwareTarget(
         name=d["name"], description=d["description"], npu=npu,
         cpu=CpuProfile(**d["cpu"]), transfer=TransferProfile(**d["transfer"]),
-        thermal=ThermalProfile(**th), constraints=constraints, ops=ops, source=where)
+        thermal=ThermalProfile(**th), constraints=constraints, ops=ops, source=where,
+        exports=exports, vela=vela)
 
 
 def load_target(path: str | Path, known_ops: set[str] | None = None) -> HardwareTarget:

@@ -159,3 +159,8 @@ def describe(act: FusedActivation) -> str:
         inner = ", ".join(f"{k}={v:g}" for k, v in sorted(attrs.items()))
         return f"{act.op_type}({inner})"
     return act.op_type
+
+
+def fused_activation(node: Any) -> FusedActivation | None:
+    """The activation a node carries (None when it has none)."""
+    return getattr(node, "activation", None)

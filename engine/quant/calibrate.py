@@ -75,6 +75,10 @@ def tensors_to_observe(graph: Graph, config: QuantConfig) -> list[str]:
             if is_float_activation(v):
                 names[v.name] = None
         names[n.outputs[0].name] = None  # type: ignore[union-attr]
+    if config.tflite:  # every model input becomes an int8 tensor, whatever reads it
+        for v in graph.inputs:
+            if is_float_activation(v):
+                names[v.name] = None
     return list(names)
 
 

@@ -32,6 +32,8 @@ class QuantConfig:
     symmetric (per output channel with ``per_channel``). ``precision`` overrides the precision
     of single nodes by name: int8, uint8, int16, fp16, bf16 or fp32 (mixed precision).
     ``method_overrides`` picks another calibration method for single tensors by name.
+    ``tflite`` follows the TFLite int8 spec (engine/quant/tflite_spec.py): per-channel symmetric
+    weights, quantized model outputs and constant operands, the parameters LiteRT requires.
     ``reduce_range`` stores 8-bit weights in 7 bits ([-64, 63]): x86 CPUs without VNNI add pairs of
     u8*s8 products in saturating int16 (VPMADDUBSW), so onnxruntime's integer kernels clip where an
     NPU's int32 accumulators would not; 7-bit weights keep those sums in range.
@@ -44,6 +46,7 @@ class QuantConfig:
     percentile: float = 99.99
     bins: int = 2048
     reduce_range: bool = False
+    tflite: bool = False
     precision: dict[str, str] = field(default_factory=dict)
     method_overrides: dict[str, str] = field(default_factory=dict)
     ops: frozenset[str] = QUANTIZABLE_OPS
@@ -79,6 +82,6 @@ class QuantConfig:
         """JSON-ready summary."""
         return {"method": self.method, "per_channel": self.per_channel, "symmetric": self.symmetric,
                 "dtype": self.dtype, "weight_dtype": self.weight_dtype, "percentile": self.percentile,
-                "reduce_range": self.reduce_range,
+                "reduce_range": self.reduce_range, **({"tflite": True} if self.tflite else {}),
                 "precision": dict(sorted(self.precision.items())),
                 "method_overrides": dict(sorted(self.method_overrides.items()))}

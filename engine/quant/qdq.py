@@ -36,6 +36,7 @@ from engine.quant.params import (
     type_limits,
     weight_params,
 )
+from engine.quant.tflite_spec import CONST_OPERAND_OPS, const_operand_params, plan_params
 from nodes.types import TensorType
 
 CAST_TO = {"fp16": TensorProto.FLOAT16, "bf16": TensorProto.BFLOAT16}
@@ -166,6 +167,27 @@ class _Builder:
         self.config = config
         self.res = result
         self.qdq_cache: dict[tuple[str, str], Value] = {}
+        self.spec: dict[str, QuantParams] = {}
+
+    def params(self, tensor: str, precision: str) -> QuantParams:
+        """A tensor's parameters: the TFLite spec's where it imposes them, else calibrated."""
+        qp = self.spec.get(tensor) if precision == "int8" else None
+        return qp if qp is not None else activation_params(self.calib, tensor, precision, self.config)
+
+    def const_operand(self, node: Node, idx: int) -> None:
+        """Store a float constant operand of an element-wise op as int8 behind a DequantizeLinear."""
+        c = node.inputs[idx]
+        if c is None or c.const is None or c.const.dtype.kind != "f":
+            return
+        qp = const_operand_params(c.const)
+        qc = self.const(f"{c.name}_quantized", quantize_array(c.const, qp))
+        scale = self.const(f"{c.name}_scale", np.asarray(qp.scale, np.float32))
+        zp = self.const(f"{c.name}_zero_point", np.asarray(qp.zero_point))
+        dq = self.g.make_node("DequantizeLinear", [qc, scale, zp], name=f"{c.name}_DequantizeLinear",
+                              output_names=[f"{c.name}_dequantized"])
+        dq.outputs[0].type = TensorType(np.dtype(np.float32), c.type.shape)
+        node.set_input(idx, dq.outputs[0])
+        self.res.weights[c.name] = qp
 
     def const(self, base: str, array: np.ndarray) -> Value:
         return self.g.add_initializer(base, np.asarray(array))
@@ -234,7 +256,8 @@ class _Builder:
         wdt = "int16" if precision == "int16" else "int8"
         q = quant_spec(node)
         axis = q.weight_axis(node) if q is not None and q.weight_axis is not None else 0
-        qp = weight_params(w.const, wdt, True, self.config.per_channel and w.const.ndim >= 2, axis,
+        per_channel = (self.config.per_channel or self.config.tflite) and w.const.ndim >= 2
+        qp = weight_params(w.const, wdt, True, per_channel, axis,
                            self.config.reduce_range)
         qw = self.const(f"{w.name}_quantized", quantize_array(w.const.astype(np.float32), qp))
         scale = self.const(f"{w.name}_scale", np.asarray(qp.scale, np.float32))
@@ -270,12 +293,35 @@ class _Builder:
         self.res.biases[b.name] = bqp
 
 
+def _output_through_qdq(g: Graph, v: Value, dq: Value) -> None:
+    """Make the model output ``v`` the quantized-then-dequantized value, under ``v``'s name
+    (an integer runtime hands out the int8 tensor; the name stays what users know)."""
+    name = v.name
+    idx = [k for k, o in enumerate(g.outputs) if o is v]
+    del g.values[v.name]
+    del g.values[dq.name]
+    v.name = g.unique_name(f"{name}_float")
+    g.values[v.name] = v
+    dq.name = name
+    g.values[name] = dq
+    for k in idx:
+        g.set_output(k, dq)
+
+
 def build_qdq(graph: Graph, calib: Calibration, config: QuantConfig) -> QuantizedModel:
     """The QDQ model of ``graph`` (the input graph is not modified)."""
     needs_int16 = config.dtype == "int16" or "int16" in config.precision.values()
     g, diags = converted_to_opset(clone_graph(graph), 21 if needs_int16 else 13)
     res = QuantizedModel(g, diagnostics=list(diags))
     b = _Builder(g, calib, config, res)
+    if config.tflite:
+        def calibrated(name: str) -> QuantParams | None:
+            try:
+                return activation_params(calib, name, "int8", config)
+            except KeyError:
+                return None
+
+        b.spec = plan_params(g, calibrated)
     nodes = quantizable_nodes(g, config)
     if not nodes:
         raise ValueError("model has no quantizable op (Conv, Gemm, MatMul, ...): nothing to quantize")
@@ -301,7 +347,7 @@ def build_qdq(graph: Graph, calib: Calibration, config: QuantConfig) -> Quantize
             if fused_into_producer(node, config):
                 continue  # the epilogue of the producing compute op: no requantization between
             try:
-                qp = activation_params(calib, v.name, precision, config)
+                qp = b.params(v.name, precision)
             except KeyError:
                 res.diagnostics.append(Diagnostic(WARNING, node.name, "not-calibrated",
                                                   f"input {v.name!r} was not calibrated; left in float"))
@@ -311,24 +357,43 @@ def build_qdq(graph: Graph, calib: Calibration, config: QuantConfig) -> Quantize
             node.set_input(i, b.qdq(v, qp, precision))  # type: ignore[arg-type]
             if i == 0:
                 in_qp = qp
+        if config.tflite and node.op_type in CONST_OPERAND_OPS and precision == "int8":
+            for i in range(len(node.inputs)):
+                b.const_operand(node, i)
         w_qp = b.weight(node, widx, precision) if widx is not None else None
         if w_qp is not None and in_qp is not None and precision not in FLOAT_PRECISIONS:
             b.bias(node, in_qp, w_qp)
         out = node.outputs[0]
-        if precision not in FLOAT_PRECISIONS and out is not None and not out.is_graph_output:
+        if precision not in FLOAT_PRECISIONS and out is not None and (config.tflite or not out.is_graph_output):
             consumers = out.consumers()
-            if consumers and not (len(consumers) == 1 and fused_into_producer(consumers[0], config)):
+            if out.is_graph_output or (consumers and not (len(consumers) == 1
+                                                          and fused_into_producer(consumers[0], config))):
                 quantized_outputs[out.name] = precision
         res.node_params[node.name] = params
     # Outputs of quantized ops are requantized for all their consumers (the NPU stores them as integers).
     for name, precision in quantized_outputs.items():
         v = g.values[name]
-        qp = activation_params(calib, name, precision, config)
+        qp = b.params(name, precision)
         res.activations.setdefault(name, qp)
         dq = b.qdq(v, qp, precision)
         for user, idx in v.uses():
             if user.op_type != "QuantizeLinear" and not (user.outputs and user.outputs[0] is dq):
                 user.set_input(idx, dq)
+        if v.is_graph_output:
+            _output_through_qdq(g, v, dq)
+    if config.tflite:  # model inputs read by ops that do not quantize them (Slice, Reshape, ...)
+        for v in g.inputs:
+            if not is_float_activation(v) or all(u.op_type == "QuantizeLinear" for u, _ in v.uses()):
+                continue
+            try:
+                qp = b.params(v.name, "int8")
+            except KeyError:
+                continue
+            res.activations.setdefault(v.name, qp)
+            dq = b.qdq(v, qp, "int8")
+            for user, idx in v.uses():
+                if user.op_type != "QuantizeLinear":
+                    user.set_input(idx, dq)
     # Float weights replaced by their quantized copies are dropped.
     for name, v in list(g.initializers.items()):
         if not v.uses() and not v.is_graph_output and name not in g.overridable:

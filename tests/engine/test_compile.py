@@ -56,6 +56,8 @@ def test_compile_writes_a_valid_bundle(name, target, tmp_path):
     hashes = write_bundle(result, out)
     files = {p.name for p in out.iterdir()}
     expected = set(BUNDLE_FILES) - (set() if result.quantized else {"model.qdq.onnx"})
+    if result.tflite is not None:
+        expected.add("model.tflite")
     assert files == expected
     for f in files:
         if f.endswith(".onnx"):

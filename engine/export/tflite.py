@@ -1,0 +1,73 @@
+"""Full-integer int8 TFLite export (no TensorFlow): the facade over lowering and serializing.
+
+``export_tflite(result)`` gives the bytes of model.tflite for a compile whose target exports
+TFLite; ``read_summary(data)`` reads a file back with the ``tflite`` package's schema bindings
+(ops, tensor shapes, quantization), the same shape of document as ``TModel.summary()`` writes
+into plan.json, so the two can be compared.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from engine.export.tflite_ir import TModel
+
+
+def export_bytes(model: TModel) -> bytes:
+    """The flatbuffer of a lowered program."""
+    from engine.export.tflite_write import serialize
+
+    return serialize(model)
+
+
+def quantize_input(model: TModel, name: str, x: np.ndarray) -> np.ndarray:
+    """A float input (ONNX layout) as the int8 tensor the TFLite model takes (NHWC for 4-D)."""
+    t = next(model.tensors[i] for i in model.inputs if model.tensors[i].name == name)
+    x = np.asarray(x, np.float32)
+    if x.ndim == 4:
+        x = x.transpose(0, 2, 3, 1)
+    q = np.rint(x / np.float32(t.scalar_scale())) + t.scalar_zp()
+    return np.clip(q, -128, 127).astype(np.int8)
+
+
+def dequantize_output(model: TModel, name: str, q: np.ndarray) -> np.ndarray:
+    """An int8 output as float in ONNX layout."""
+    t = next(model.tensors[i] for i in model.outputs if model.tensors[i].name == name)
+    x = (q.astype(np.float32) - t.scalar_zp()) * np.float32(t.scalar_scale())
+    return x.transpose(0, 3, 1, 2) if x.ndim == 4 else x
+
+
+def read_summary(data: bytes) -> dict[str, Any]:
+    """Ops, tensor shapes and quantization of a .tflite file, read with the ``tflite`` package."""
+    import tflite
+
+    model = tflite.Model.GetRootAsModel(data, 0)
+    names = {v: k for k, v in vars(tflite.BuiltinOperator).items() if not k.startswith("_")}
+    sg = model.Subgraphs(0)
+
+    def tj(i: int) -> dict[str, Any] | None:
+        if i < 0:
+            return None
+        t = sg.Tensors(i)
+        q = t.Quantization()
+        quant = None
+        if q is not None and q.ScaleLength():
+            quant = {"scale": [float(v) for v in q.ScaleAsNumpy()],
+                     "zero_point": [int(v) for v in q.ZeroPointAsNumpy()],
+                     "quantized_dimension": int(q.QuantizedDimension())}
+        dtypes = {0: "float32", 2: "int32", 4: "int64", 9: "int8"}
+        return {"name": t.Name().decode(), "shape": [int(d) for d in t.ShapeAsNumpy()] if t.ShapeLength() else [],
+                "dtype": dtypes.get(t.Type(), str(t.Type())), "quant": quant}
+
+    ops = []
+    for k in range(sg.OperatorsLength()):
+        op = sg.Operators(k)
+        code = model.OperatorCodes(op.OpcodeIndex())
+        ops.append({"op": names[max(code.BuiltinCode(), code.DeprecatedBuiltinCode())],
+                    "version": int(code.Version()),
+                    "inputs": [tj(int(i)) for i in op.InputsAsNumpy()],
+                    "outputs": [tj(int(i)) for i in op.OutputsAsNumpy()]})
+    return {"ops": ops, "inputs": [tj(int(i)) for i in sg.InputsAsNumpy()],
+            "outputs": [tj(int(i)) for i in sg.OutputsAsNumpy()]}
