@@ -9,16 +9,18 @@ that actually work.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QUrl
-from PySide6.QtGui import QAction, QImage, QKeySequence, QTextDocument
+from PySide6.QtGui import QAction, QDesktopServices, QImage, QKeySequence, QTextDocument
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
     QHBoxLayout,
     QMainWindow,
     QMenu,
+    QMessageBox,
     QPushButton,
     QTableWidget,
     QTableWidgetItem,
@@ -136,6 +138,19 @@ class HelpViewer(QDialog):
         self.browser.setSource(QUrl.fromLocalFile(str(self.docs / page)))
 
 
+def open_local_file(path: str | Path, tell: Callable[[str], None]) -> bool:
+    """Open ``path`` in the desktop's viewer; when that fails (a browser refusing to run as root,
+    no desktop), ``tell`` the user where the file is."""
+    path = Path(path)
+    if not path.exists():
+        tell(f"{path} does not exist")
+        return False
+    if QDesktopServices.openUrl(QUrl.fromLocalFile(str(path.resolve()))):
+        return True
+    tell(f"could not start a viewer for {path.resolve()}: open it yourself")
+    return False
+
+
 def install_help(window: QMainWindow) -> QMenu:
     """Add the Help menu to ``window``: the pages of docs/ and the shortcut list."""
     menu = window.menuBar().addMenu("&Help")
@@ -168,5 +183,13 @@ def install_help(window: QMainWindow) -> QMenu:
     window.show_shortcuts = show_shortcuts
     act.triggered.connect(lambda _=False: show_shortcuts())
     menu.addAction(act)
+    about = QAction("&About NPU Studio", window)
+    about.triggered.connect(lambda _=False: QMessageBox.about(
+        window, "About NPU Studio",
+        "<b>NPU Studio</b><br>Open an ONNX model, see where each op runs on an NPU target (teal: NPU, orange: "
+        "CPU fallback), edit it, quantize it, and export a compiled bundle.<br><br>"
+        f"Documentation: Help &gt; NPU Studio Documentation ({DOCS_DIR})<br>"
+        "Command line: <tt>npu-studio --help</tt>"))
+    menu.addAction(about)
     window.act_shortcuts = act
     return menu
