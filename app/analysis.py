@@ -552,4 +552,5 @@ def compiled_placement(result: AnalysisResult, graph: Any) -> CompiledPlacement:
     return CompiledPlacement(result.graph_version, device, reason,
                              [*quality.low_sqnr_warnings(result),
                               *(d for d in result.compile.diagnostics if d.code != quality.LOW_SQNR),
-                              *result.sim.placement.diagnostics])
+                              *result.sim.placement.diagnostics],
+                             placement.fallback_of_result(result).ops)

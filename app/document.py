@@ -91,6 +91,7 @@ class CompiledPlacement:
     device: dict[str, str]
     reason: dict[str, str]
     diagnostics: list[Diagnostic]
+    cpu_ops: int = 0  # compiled ops on the CPU (the nodes on the CPU run as these)
 
 
 def resolve_target_cached(name: str | None) -> Any:
@@ -428,6 +429,14 @@ class Document(QObject):
     def fallback_count(self) -> int:
         """Nodes of the canvas that run on the CPU (the legend's "CPU fallback" figure)."""
         return sum(1 for st in self.statuses.values() if st.device == "cpu")
+
+    def fallback(self) -> placement.FallbackCount:
+        """The canvas's fallback: its nodes on the CPU, and the compiled ops they run as (each
+        node is its own op while the canvas shows the edited graph's placement)."""
+        nodes = self.fallback_count()
+        comp = self._compiled
+        ops = comp.cpu_ops if self.placement_source == "compiled" and comp is not None else nodes
+        return placement.FallbackCount(nodes, ops)
 
     @property
     def placement_ready(self) -> bool:

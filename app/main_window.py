@@ -431,14 +431,15 @@ class MainWindow(QMainWindow):
         doc = self.doc
         if doc is None:
             return
-        self.diagnostics.show_diagnostics(doc.all_diagnostics())
+        fallback = doc.fallback()
+        self.diagnostics.show_diagnostics(doc.all_diagnostics(), fallback if doc.target else None)
         counts: dict[str, int] = {}
         for st in doc.statuses.values():
             counts[st.device] = counts.get(st.device, 0) + 1
             if st.errors:
                 counts["error"] = counts.get("error", 0) + 1
         counts["group"] = sum(1 for n in doc.graph.nodes if n.meta.get("provenance") and n.meta["provenance"] != [n.name])
-        self.canvas.legend.set_counts(counts)
+        self.canvas.legend.set_counts(counts, fallback)
         source = "failed" if doc.compile_blocked else doc.placement_source
         self.canvas.legend.set_source(placement.SOURCE_LABELS.get(source, "") if doc.target else "")
         self.canvas.minimap.schedule_rebuild()

@@ -44,6 +44,29 @@ class PlacementOutcome:
     available: bool = False
 
 
+@dataclass(frozen=True)
+class FallbackCount:
+    """The one definition of "fallback" every panel shows: graph nodes placed on the CPU by the
+    placement the canvas shows, and the compiled ops they run as (fused nodes share one op)."""
+
+    nodes: int
+    ops: int
+
+    def phrase(self) -> str:
+        """E.g. "69 nodes (21 compiled ops)"; just the nodes when each node is its own op."""
+        text = f"{self.nodes} node{'s' if self.nodes != 1 else ''}"
+        if self.ops != self.nodes:
+            text += f" ({self.ops} compiled op{'s' if self.ops != 1 else ''})"
+        return text
+
+
+def fallback_of_result(result: Any) -> FallbackCount:
+    """The fallback of an analysis result: the graph nodes it places on the CPU (each node as
+    the op it was compiled into, the canvas's compiled placement) and the compiled CPU ops."""
+    cpu = {o.node for o in result.sim.ops if o.device == "cpu"}
+    return FallbackCount(sum(1 for op in result.op_of_source.values() if op in cpu), len(cpu))
+
+
 def _optional(module: str, name: str) -> Any:
     try:
         mod = importlib.import_module(module)

@@ -9,6 +9,7 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QWidget
 
 from app import style
 from app.canvas.view import GraphView
+from app.placement import FallbackCount
 
 MINIMAP_W = 190
 MINIMAP_H = 240
@@ -144,10 +145,12 @@ class LegendWidget(QFrame):
         self.source.setVisible(bool(text))
         self.adjustSize()
 
-    def set_counts(self, counts: dict[str, int]) -> None:
-        """Show how many nodes each colour has."""
+    def set_counts(self, counts: dict[str, int], fallback: FallbackCount | None = None) -> None:
+        """Show how many nodes each colour has (``fallback``: the CPU nodes and their compiled ops)."""
         for key, label in self.labels.items():
             base = {"error": "problem", "group": "fused group"}.get(key, style.PLACEMENT_LABELS.get(key, key))
             n = counts.get(key)
             label.setText(f"{base} {n}" if n else base)
+        cpu = self.labels["cpu"]
+        cpu.setToolTip(f"CPU fallback: {fallback.phrase()} of the graph run on the CPU" if fallback else "")
         self.adjustSize()

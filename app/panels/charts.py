@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import quality
+from app import placement, quality
 from app.panels.chart_base import (
     CPU,
     NPU,
@@ -258,8 +258,9 @@ class ChartsPanel(QDockWidget):
 
     def _draw_fallback(self) -> None:
         sim = self.result.sim
-        self.fallback.set_sim(sim)
-        self.tabs.setTabText(1, f"Fallback ({sim.summary()['cpu_ops']})")
+        count = placement.fallback_of_result(self.result)
+        self.fallback.set_sim(sim, count)
+        self.tabs.setTabText(1, f"Fallback · {count.phrase()}")
 
     def _draw_sustained(self) -> None:
         if self.result.sustained is not None:

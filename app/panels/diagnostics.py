@@ -13,6 +13,7 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelInd
 from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import QDockWidget, QTreeView
 
+from app.placement import FallbackCount
 from engine.diagnostics import Diagnostic
 
 _COLORS = {"error": QColor("#c0392b"), "warning": QColor("#b9770e"), "info": QColor("#5d6575")}
@@ -81,14 +82,19 @@ class DiagnosticsPanel(QDockWidget):
         self.tree.doubleClicked.connect(self._on_row_activated)
         self.setWidget(self.tree)
 
-    def show_diagnostics(self, diagnostics: list[Diagnostic], limit: int = 2000) -> None:
-        """Replace the rows (errors first; at most ``limit`` rows)."""
+    def show_diagnostics(self, diagnostics: list[Diagnostic], fallback: FallbackCount | None = None,
+                         limit: int = 2000) -> None:
+        """Replace the rows (errors first; at most ``limit`` rows). ``fallback``: the canvas's CPU
+        nodes, named in the title (the fallback warnings are one per compiled op, not per node)."""
         rows = sorted(diagnostics, key=lambda d: _ORDER.get(d.severity, 3))[:limit]
         if rows != self.model.rows:
             self.model.set_rows(rows)
         n_err = sum(1 for d in diagnostics if d.severity == "error")
         n_warn = sum(1 for d in diagnostics if d.severity == "warning")
-        self.setWindowTitle(f"Diagnostics ({n_err} errors, {n_warn} warnings)" if diagnostics else "Diagnostics")
+        title = f"Diagnostics ({n_err} errors, {n_warn} warnings)" if diagnostics else "Diagnostics"
+        if fallback is not None:
+            title += f" · CPU fallback: {fallback.phrase()}"
+        self.setWindowTitle(title)
 
     def row_count(self) -> int:
         """Rows shown."""

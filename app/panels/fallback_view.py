@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.panels.chart_base import CPU, CPU_LIGHT, fmt_us, short_name
+from app.placement import FallbackCount
 
 COLUMNS = ["Op", "Type", "Reason", "Op time", "Transfers", "Total", "Suggested fix"]
 
@@ -85,8 +86,8 @@ class FallbackView(QWidget):
         lay.addWidget(self.tree, 1)
         self.rows: list[FallbackRow] = []
 
-    def set_sim(self, sim) -> None:
-        """Show the CPU ops of a SimResult."""
+    def set_sim(self, sim, count: FallbackCount | None = None) -> None:
+        """Show the CPU ops of a SimResult (``count``: the graph nodes they run, one row per op)."""
         self.rows = fallback_rows(sim)
         self.tree.clear()
         items = []
@@ -106,7 +107,8 @@ class FallbackView(QWidget):
         total = sum(r.total_us for r in self.rows)
         share = 100 * total / sim.latency_us if sim.latency_us else 0
         self.summary.setText(
-            f"<b>{len(self.rows)} ops fall back to the CPU</b>, costing {fmt_us(total)} with their transfers "
+            f"<b>{count.nodes if count else len(self.rows)} graph nodes fall back to the CPU</b> as "
+            f"{len(self.rows)} compiled ops (one row each), costing {fmt_us(total)} with their transfers "
             f"({share:.0f}% of the {fmt_us(sim.latency_us)} latency). Select one to see the what-if of pinning it."
             if self.rows else "<b>Every op runs on the NPU</b>: nothing falls back to the CPU.")
         self.summary.setStyleSheet(f"background: {CPU_LIGHT.name()}; padding: 4px;" if self.rows else "padding: 4px;")
