@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from PySide6.QtGui import QColor, QFont
+
+from nodes.types import TensorType
 
 ROOT = Path(__file__).resolve().parents[1]
 STYLESHEET = ROOT / "assets" / "styles" / "studio.qss"
@@ -54,3 +57,33 @@ def stylesheet() -> str:
         return STYLESHEET.read_text()
     except OSError:
         return ""
+
+
+# A symbolic dim a person named (batch, seq_len, height) reads as itself; one a converter
+# generated (DynamicDimension.0, unk__12) or an expression the inference derived
+# (floor(DynamicDimension.1/2 - 1/2) + 1) reads as "?".
+_NAMED_DIM = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_GENERATED_DIM = re.compile(r"(?i)(unk__?\d+|dim_?\d+|\w*dynamic\w*|n\d+|d\d+|sym\d+|s\d+)")
+DIM_NAME_CHARS = 10
+
+
+def dim_text(d: object) -> str:
+    """One dimension as a label shows it: a size, a short human name, or "?"."""
+    if isinstance(d, int):
+        return str(d)
+    if not isinstance(d, str) or not _NAMED_DIM.fullmatch(d) or _GENERATED_DIM.fullmatch(d):
+        return "?"
+    return d if len(d) <= DIM_NAME_CHARS else d[:DIM_NAME_CHARS - 1] + "…"
+
+
+def shape_text(shape: tuple | None) -> str:
+    """``1x3x?x?``: a shape as a label shows it (the full symbolic dims belong in a tooltip)."""
+    return "?" if shape is None else "x".join(dim_text(d) for d in shape)
+
+
+def type_text(t) -> str:
+    """``float32[?x3x?x?]``: a TensorType as a label shows it (``str(t)`` is the full type)."""
+    if t.shape is None or type(t) is not TensorType:
+        return str(t)
+    name = str(t).split("[", 1)[0]
+    return f"{name}[{shape_text(t.shape)}]"

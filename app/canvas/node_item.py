@@ -101,7 +101,7 @@ def detail_line(node: Node, room: float) -> str:
     fm = fonts().fm_small
     out = node.output(0)
     parts = key_attr_parts(node)
-    shape = str(out.type).split("[", 1)[-1].rstrip("]") if out is not None and out.type.shape is not None else ""
+    shape = style.shape_text(out.type.shape) if out is not None and out.type.shape is not None else ""
     if not shape:
         return fm.elidedText(" ".join(parts), Qt.TextElideMode.ElideRight, room)
     tail = f"→ {shape}"
@@ -474,4 +474,5 @@ class IOItem(_PortedItem):
                          fonts().fm_small.elidedText(head, Qt.TextElideMode.ElideMiddle, self.width - 20))
         painter.setPen(style.TEXT_DIM)
         painter.drawText(QRectF(10, 16, self.width - 20, 14), Qt.AlignmentFlag.AlignCenter,
-                         fonts().fm_small.elidedText(str(self.value.type), Qt.TextElideMode.ElideRight, self.width - 20))
+                         fonts().fm_small.elidedText(style.type_text(self.value.type), Qt.TextElideMode.ElideRight,
+                                                              self.width - 20))

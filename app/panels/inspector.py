@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import commands
+from app import commands, style
 from app.document import Document
 from engine.ir.graph import Node, Value
 from nodes import registry
@@ -197,7 +197,10 @@ class InspectorPanel(QDockWidget):
                 kind = _kind_of(node.attrs[key])
                 self._attr_row(form, node, key, kind, None, "not in the op's schema", None)
         for i, v in enumerate(node.outputs):
-            form.addRow(f"Output {i}", QLabel(f"{v.name}: {v.type}" if v is not None else "—"))
+            out = QLabel(f"{v.name}: {style.type_text(v.type)}" if v is not None else "—")
+            out.setWordWrap(True)
+            out.setToolTip(f"{v.name}: {v.type}" if v is not None else "")
+            form.addRow(f"Output {i}", out)
 
     def _attr_row(self, form: QFormLayout, node: Node, key: str, kind: str, choices, doc: str, default) -> None:
         value = node.attrs.get(key)

@@ -44,3 +44,52 @@ def test_legend_fallback_tab_and_diagnostics_count_the_same_cpu_fallback(qtbot, 
         assert sum(1 for d in win.doc.all_diagnostics() if d.code == "npu-fallback") == cpu_ops
     finally:
         close_analysed(win)
+
+
+def _converter_dims_model(path):
+    """Like PP-OCRv6 det: input dims named DynamicDimension.N by the exporter, and a strided Conv
+    whose output dims the inference derives as floor(...) expressions of them."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                      ["DynamicDimension.0", 3, "DynamicDimension.1", "DynamicDimension.2"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["DynamicDimension.0", 4, "h_out", "w_out"])
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    g = helper.make_graph(nodes, "dyn", [x], [y], initializer=[w])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_unplaced_dynamic_model_labels_read_question_marks_not_dynamic_dimension(qtbot, tmp_path):
+    from PySide6.QtCore import QSettings
+
+    from app import style
+    from app.canvas.node_item import detail_line
+    from app.main_window import MainWindow
+
+    path = _converter_dims_model(tmp_path / "dyn.onnx")
+    settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+    win = MainWindow(settings=settings, recovery_dir=tmp_path / "recovery", restore_state=False)
+    qtbot.addWidget(win)
+    win.show()
+    win.interactive = False  # a failed open logs instead of waiting on a message box
+    win.ask_shapes = lambda name, inputs, last: None  # the user cancels the shape dialog
+    with qtbot.waitSignal(win.document_shown, timeout=30000):
+        win.open_path(path)
+    try:
+        conv = win.doc.graph.node_by_name("conv")
+        assert "DynamicDimension" in str(conv.output(0).type)  # the IR keeps the symbols
+        item = win.scene.node_items[id(conv)]
+        line = detail_line(conv, item.width - 26)
+        assert "Dynamic" not in line and "floor" not in line, line
+        assert line.endswith("→ ?x4x?x?"), line
+        assert style.type_text(win.doc.graph.inputs[0].type) == "float32[?x3x?x?]"
+        # Names a person gave stay readable, long ones shortened.
+        assert style.shape_text(("batch", 3, "sequence_length", None)) == "batchx3xsequence_…x?"
+    finally:
+        win.close()
