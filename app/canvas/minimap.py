@@ -32,11 +32,14 @@ class MinimapWidget(QWidget):
         self._timer.setInterval(400)
         self._timer.timeout.connect(self.rebuild)
         view.view_changed.connect(self._on_view_changed)
+        self.hide()  # nothing to show before the first layout: no empty frame
 
     def _on_view_changed(self) -> None:
-        """Show the minimap only when part of the graph is out of view."""
+        """Show the minimap only when it has a picture of the graph and part of the graph is out of view."""
         sc = self.view.graph_scene()
-        if sc is not None and not self._bounds.isEmpty():
+        if sc is None or self._bounds.isEmpty() or self._pixmap is None:
+            self.hide()
+        else:
             self.setVisible(not self.view.visible_scene_rect().contains(sc.graph_bounds()))
         self.update()
 
@@ -50,12 +53,15 @@ class MinimapWidget(QWidget):
         pm = QPixmap(self.size())
         pm.fill(QColor(255, 255, 255, 235))
         self._pixmap = pm
-        if sc is None:
-            self.update()
+        if sc is not None and sc.is_populating:  # the first layout is not done: draw when it is
+            self._bounds = QRectF()
+            self._on_view_changed()
+            self.schedule_rebuild()
             return
-        bounds = sc.graph_bounds()
-        if bounds.isEmpty():
-            self.update()
+        bounds = sc.graph_bounds() if sc is not None else QRectF()
+        if bounds.isEmpty() or not sc.node_items:
+            self._bounds = QRectF()
+            self._on_view_changed()
             return
         self._bounds = bounds
         s = min((self.width() - 8) / bounds.width(), (self.height() - 8) / bounds.height())

@@ -93,3 +93,33 @@ def test_unplaced_dynamic_model_labels_read_question_marks_not_dynamic_dimension
         assert style.shape_text(("batch", 3, "sequence_length", None)) == "batchx3xsequence_…x?"
     finally:
         win.close()
+
+
+def test_minimap_shows_no_empty_box_before_the_first_layout_and_the_graph_after(qtbot, tmp_path):
+    from PySide6.QtCore import QSettings
+
+    from app.main_window import MainWindow
+    from tests.app.analysis_support import demo
+
+    settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+    win = MainWindow(settings=settings, recovery_dir=tmp_path / "recovery", restore_state=False, default_target=None)
+    qtbot.addWidget(win)
+    win.resize(1500, 940)
+    win.show()
+    minimap = win.canvas.minimap
+    assert not minimap.isVisible()  # no model, no layout: it used to draw an empty frame here
+    win.open_path(demo("mobilenet_demo")[0])
+    seen_empty = []
+    def check() -> bool:
+        if minimap.isVisible() and minimap._bounds.isEmpty():
+            seen_empty.append(True)
+        return win.scene is not None and not win.scene.is_populating and not minimap._timer.isActive() \
+            and minimap._pixmap is not None
+    wait_for(check, 60, "the first layout and minimap picture")
+    assert not seen_empty
+    # mobilenet_demo is taller than the view at a readable zoom: the minimap shows it, with nodes drawn.
+    assert minimap.isVisible() and not minimap._bounds.isEmpty()
+    img = minimap._pixmap.toImage()
+    colors = {img.pixelColor(x, y).name() for x in range(0, img.width(), 3) for y in range(0, img.height(), 3)}
+    assert len(colors) > 1  # more than the background
+    win.close()
