@@ -10,7 +10,69 @@ from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from app import style
-from app.panels.chart_base import GHOST, NPU, TRANSFER, fmt_us, make_plot
+from app.panels.chart_base import GHOST, NPU, TRANSFER, fmt_us, label_font, make_plot
+
+_LOG_STEPS = ((1,), (1, 3), (1, 2, 5), (1, 2, 3, 5, 7))
+_LABEL_PX = 44  # room one iteration label needs ("100k" plus a gap)
+
+
+def compact_count(v: float) -> str:
+    """1, 20, 500, 1k, 20k, 1M: an iteration count short enough for an axis label."""
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if v >= div:
+            q = v / div
+            return f"{q:.0f}{suffix}" if q >= 10 or q == int(q) else f"{q:.1f}{suffix}"
+    return f"{v:.0f}"
+
+
+class LogCountAxis(pg.AxisItem):
+    """A log-scale axis of counts whose labels never overlap: ticks at 1-2-5 (or sparser: every
+    decade, every other decade...) steps as many as the axis length has room for, written
+    compactly (1, 10, 100, 1k ...). pyqtgraph's own log axis also labels the minor ticks, which
+    collide when a panel is narrow or the range spans few decades."""
+
+    def tickValues(self, minVal: float, maxVal: float, size: float):
+        if not self.logMode:
+            return super().tickValues(minVal, maxVal, size)
+        return [(1.0, log_ticks(minVal, maxVal, size))]
+
+    def tickStrings(self, values, scale, spacing):
+        if not self.logMode:
+            return super().tickStrings(values, scale, spacing)
+        return [compact_count(10 ** v) for v in values]
+
+
+def log_ticks(lo: float, hi: float, pixels: float) -> list[float]:
+    """log10 positions of the round counts in [10**lo, 10**hi] to label along ``pixels``."""
+    import math
+
+    if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
+        return []
+    room = max(1, int(pixels // _LABEL_PX))
+    first, last = math.floor(lo), math.ceil(hi)
+    best: list[float] = []
+    for steps in _LOG_STEPS:
+        vals = [math.log10(m * 10.0 ** e) for e in range(first, last + 1) for m in steps]
+        vals = [v for v in vals if lo - 1e-9 <= v <= hi + 1e-9]
+        if len(vals) > room:
+            break
+        best = vals
+        if len(vals) * 2 > room:
+            break
+    if not best:  # even one label per decade is too many: every k-th decade
+        k = 2
+        while True:
+            best = [float(e) for e in range(first, last + 1) if e % k == 0 and lo - 1e-9 <= e <= hi + 1e-9]
+            if len(best) <= room:
+                break
+            k *= 2
+    # Labels are spaced by pixels, not positions: drop any closer than a label's width.
+    span = hi - lo
+    kept: list[float] = []
+    for v in best:
+        if not kept or (v - kept[-1]) / span * pixels >= _LABEL_PX:
+            kept.append(v)
+    return kept
 
 
 class SustainedView(QWidget):
@@ -23,6 +85,12 @@ class SustainedView(QWidget):
         self.thermal_title.setWordWrap(True)
         self.thermal = make_plot(self)
         ti = self.thermal.getPlotItem()
+        axis = LogCountAxis("bottom")
+        old_axis = ti.getAxis("bottom")
+        axis.setPen(old_axis.pen())
+        axis.setTextPen(old_axis.textPen())
+        axis.setStyle(tickFont=label_font())
+        ti.setAxisItems({"bottom": axis})
         ti.setLabel("bottom", "iteration")
         ti.setLabel("left", "latency (µs)")
         ti.setLogMode(x=True, y=False)

@@ -123,3 +123,29 @@ def test_minimap_shows_no_empty_box_before_the_first_layout_and_the_graph_after(
     colors = {img.pixelColor(x, y).name() for x in range(0, img.width(), 3) for y in range(0, img.height(), 3)}
     assert len(colors) > 1  # more than the background
     win.close()
+
+
+@pytest.mark.parametrize("width", [180, 330, 560, 1000])
+@pytest.mark.parametrize("decades", [1.3, 2.5, 5.2])
+def test_sustained_iteration_axis_labels_do_not_overlap(qapp, width, decades):
+    """The thermal chart's log iteration axis: every label it draws has room (it used to
+    label the minor ticks too, which collided in a narrow panel)."""
+    from PySide6.QtGui import QFontMetrics
+
+    from app.panels.chart_base import label_font
+    from app.panels.sustained_view import SustainedView
+
+    view = SustainedView()
+    axis = view.thermal.getPlotItem().getAxis("bottom")
+    assert axis.logMode
+    fm = QFontMetrics(label_font())
+    lo, hi = 0.0, decades
+    levels = axis.tickValues(lo, hi, width)
+    drawn = sorted(v for _spacing, vals in levels for v in vals)
+    strings = axis.tickStrings(drawn, 1.0, 1.0)
+    assert drawn, "no labels at all"
+    xs = [(v - lo) / (hi - lo) * width for v in drawn]
+    for (x0, s0), (x1, s1) in zip(zip(xs, strings), zip(xs[1:], strings[1:])):
+        gap = (x1 - x0) - (fm.horizontalAdvance(s0) + fm.horizontalAdvance(s1)) / 2
+        assert gap >= 4, (width, decades, strings)
+    assert all(len(s) <= 4 for s in strings), strings  # 1, 10, 100, 1k ... not 10⁴
