@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QComboBox,
     QDockWidget,
@@ -94,6 +95,16 @@ def parse_shape(text: str) -> tuple[int | str, ...]:
     return tuple(dims)
 
 
+def _wrapping_label(text: str) -> QLabel:
+    """A label that wraps, also inside long paths ("/features/features.0/Conv" has no spaces):
+    a long node or tensor name must not widen the Inspector past its dock (it was cut off)."""
+    label = QLabel(text.replace("/", "/\u200b").replace(".", ".\u200b").replace("_", "_\u200b"))
+    label.setWordWrap(True)
+    label.setToolTip(text)
+    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    return label
+
+
 class InspectorPanel(QDockWidget):
     """Dock showing and editing the selected node (or the graph inputs when none)."""
 
@@ -109,6 +120,7 @@ class InspectorPanel(QDockWidget):
         self.error.setWordWrap(True)
         self._scroll = QScrollArea(self)
         self._scroll.setWidgetResizable(True)
+        self._scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setWidget(self._scroll)
         self._rebuild()
 
@@ -170,7 +182,7 @@ class InspectorPanel(QDockWidget):
         spec = registry.get(node.op_type, node.domain)
         title = QLabel(f"<b>{node.op_type}</b>")
         form.addRow("Op", title)
-        form.addRow("Name", QLabel(node.name))
+        form.addRow("Name", _wrapping_label(node.name))
         status = self.doc.statuses.get(node.name)
         if status is not None:
             where = {"npu": "NPU", "cpu": "CPU fallback", "unplaced": "not placed"}.get(status.device, status.device)
@@ -197,8 +209,7 @@ class InspectorPanel(QDockWidget):
                 kind = _kind_of(node.attrs[key])
                 self._attr_row(form, node, key, kind, None, "not in the op's schema", None)
         for i, v in enumerate(node.outputs):
-            out = QLabel(f"{v.name}: {style.type_text(v.type)}" if v is not None else "—")
-            out.setWordWrap(True)
+            out = _wrapping_label(f"{v.name}: {style.type_text(v.type)}" if v is not None else "—")
             out.setToolTip(f"{v.name}: {v.type}" if v is not None else "")
             form.addRow(f"Output {i}", out)
 

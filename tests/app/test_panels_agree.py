@@ -149,3 +149,33 @@ def test_sustained_iteration_axis_labels_do_not_overlap(qapp, width, decades):
         gap = (x1 - x0) - (fm.horizontalAdvance(s0) + fm.horizontalAdvance(s1)) / 2
         assert gap >= 4, (width, decades, strings)
     assert all(len(s) <= 4 for s in strings), strings  # 1, 10, 100, 1k ... not 10⁴
+
+
+def test_inspector_of_a_long_named_node_fits_its_dock_without_cutting_off(qtbot, tmp_path):
+    """Node and tensor names are paths without spaces; they used to widen the Inspector's form
+    past the dock, cutting its right side off at the default window size."""
+    import onnx
+    from onnx import TensorProto, helper
+    from PySide6.QtCore import QSettings
+
+    from tests.app._helpers import close_window, open_window
+
+    name = "/encoder/layers.11/self_attention/output_projection/dense_layer_with_a_long_name/MatMul_output_0"
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])
+    y = helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, 8])
+    g = helper.make_graph([helper.make_node("Relu", ["x"], [name], name=name)], "long", [x], [y])
+    path = tmp_path / "long.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+    win = open_window(qtbot, path, settings, tmp_path / "recovery")
+    try:
+        win.resize(1500, 940)
+        win.inspector.show_node(win.doc.graph.node_by_name(name))
+        win.inspector.raise_()
+        qtbot.wait(100)
+        body = win.inspector._scroll.widget()
+        viewport = win.inspector._scroll.viewport().width()
+        assert body.minimumSizeHint().width() <= viewport, (body.minimumSizeHint().width(), viewport)
+        assert body.width() <= viewport
+    finally:
+        close_window(win)
