@@ -37,6 +37,7 @@ class CompileOptions:
     profiling: bool = False
     vela: bool = False
     require_tflite: bool = False
+    allow_float_ops: bool = False
 
 
 @dataclass
@@ -170,12 +171,15 @@ def compile_model(graph: Graph, target: Any, calibration: CalibrationSet | None 
 
             step("tflite", 0, 1)
             try:
-                result.tflite = lower(result.quant.graph)
+                result.tflite = lower(result.quant.graph, options.allow_float_ops)
             except InputError as exc:
                 if options.require_tflite or options.vela:
                     raise
                 result.diagnostics.append(Diagnostic(WARNING, None, "no-tflite", f"model.tflite not written: {exc}"))
             step("tflite", 1, 1)
+            for f in result.tflite.float_ops if result.tflite is not None else []:
+                result.diagnostics.append(Diagnostic(WARNING, f["node"], "tflite-float-op",
+                                                     f"{f['op']} stays float in model.tflite: {f['reason']}"))
             if options.vela and result.tflite is not None:
                 from engine.export.tflite import export_bytes
                 from engine.export.vela import run_vela
