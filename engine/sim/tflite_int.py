@@ -260,13 +260,13 @@ class TfliteSimulator:
             flat = moved.reshape(moved.shape[:x.ndim - len(ax)] + (n,))
             total = np.cumsum(flat, axis=-1, dtype=np.float32)[..., -1]  # sequential, as the kernel adds
             out = (total / np.float32(n)).astype(np.float32)
-        else:  # LiteRT's QuantizedMeanOrSum: int32 sum, mean and rescale in float32
+        else:  # LiteRT's QuantizedMeanOrSum: the multiplier of in/out scale, divided by n in fixed point
             tx, y = self.t(op, 0), self.t(op, 0, out=True)
-            total = x.astype(np.int64).sum(axis=ax)
-            scale = np.float32(tx.scalar_scale()) / np.float32(y.scalar_scale())
-            bias = np.float32(-tx.scalar_zp()) * scale + np.float32(0.5)
-            mean = total.astype(np.float32) / np.float32(n)
-            q = _round_away((mean * scale + bias).astype(np.float32)) + y.scalar_zp()
+            total = x.astype(np.int64).sum(axis=ax) - tx.scalar_zp() * n
+            mult, shift = quantize_multiplier(float(np.float64(tx.scalar_scale()) / np.float64(y.scalar_scale())))
+            k = min(n.bit_length() - 1, 32, 31 + shift)
+            mult, shift = (mult << k) // n, shift - k
+            q = self.mbqm(total, np.int64(mult), np.int64(shift)) + y.scalar_zp()
             out = np.clip(q, QMIN, QMAX).astype(np.int8)
         return out.reshape(self.t(op, 0, out=True).shape)
 
