@@ -177,9 +177,13 @@ def compile_model(graph: Graph, target: Any, calibration: CalibrationSet | None 
                     raise
                 result.diagnostics.append(Diagnostic(WARNING, None, "no-tflite", f"model.tflite not written: {exc}"))
             step("tflite", 1, 1)
+            by_op: dict[str, list[dict[str, str]]] = {}
             for f in result.tflite.float_ops if result.tflite is not None else []:
-                result.diagnostics.append(Diagnostic(WARNING, f["node"], "tflite-float-op",
-                                                     f"{f['op']} stays float in model.tflite: {f['reason']}"))
+                by_op.setdefault(f["op"], []).append(f)
+            for op_type, fs in by_op.items():
+                result.diagnostics.append(Diagnostic(
+                    WARNING, fs[0]["node"], "tflite-float-op",
+                    f"{len(fs)} {op_type} stay float in model.tflite (--allow-float-ops): {fs[0]['reason']}"))
             if options.vela and result.tflite is not None:
                 from engine.export.tflite import export_bytes
                 from engine.export.vela import run_vela
