@@ -105,7 +105,7 @@ class SeqOps:
             raise InputError(f"TFLite export: LayerNormalization {node.name!r} over axis {axis} "
                              "(the last axis of a sequence tensor is supported)")
         eps = np.float32(node.attrs.get("epsilon", 1e-5))
-        red = shape[:-1] + (1,)
+        red = (*shape[:-1], 1)
         ax = self.m.const(f"{node.name}_axis", np.asarray([rank - 1], np.int32))
         mean = self._f(node, "mean", red)
         self.m.op("MEAN", [xf, ax], [mean], node.name, keep_dims=True)

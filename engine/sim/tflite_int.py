@@ -257,7 +257,7 @@ class TfliteSimulator:
         n = int(np.prod([x.shape[a] for a in ax]))
         if self._float(op):
             moved = np.moveaxis(x.astype(np.float32), ax, tuple(range(x.ndim - len(ax), x.ndim)))
-            flat = moved.reshape(moved.shape[:x.ndim - len(ax)] + (n,))
+            flat = moved.reshape((*moved.shape[:x.ndim - len(ax)], n))
             total = np.cumsum(flat, axis=-1, dtype=np.float32)[..., -1]  # sequential, as the kernel adds
             out = (total / np.float32(n)).astype(np.float32)
         else:  # LiteRT's QuantizedMeanOrSum: the multiplier of in/out scale, divided by n in fixed point
