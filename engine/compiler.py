@@ -129,11 +129,18 @@ def compile_model(graph: Graph, target: Any, calibration: CalibrationSet | None 
     tflite = target.exports_tflite()
     disabled = tuple(options.disabled_passes)
     if tflite:
-        from engine.quant.tflite_spec import disabled_fusions, divisions_to_multiplications
+        from engine.quant.tflite_spec import (
+            disabled_fusions,
+            divisions_to_multiplications,
+            sqrt_divisions_to_rsqrt,
+        )
 
-        disabled += tuple(d for d in disabled_fusions() if d not in disabled)
+        disabled += tuple(d for d in disabled_fusions(options.allow_float_ops) if d not in disabled)
     step("optimize", 0, 1)
     optimized, trace, diags = optimize_graph(graph, disabled)
+    if tflite and sqrt_divisions_to_rsqrt(optimized):
+        diags.append(Diagnostic(INFO, None, "sqrt-div-as-rsqrt", "division by a square root written as "
+                                "multiplication by a reciprocal square root (TFLite int8 RSQRT)"))
     if tflite and divisions_to_multiplications(optimized):
         diags.append(Diagnostic(INFO, None, "div-as-mul", "division by constants written as multiplication "
                                 "by their reciprocals (TFLite int8 has no DIV that the NPU runs)"))
@@ -156,7 +163,10 @@ def compile_model(graph: Graph, target: Any, calibration: CalibrationSet | None 
         if target.npu.precision != quant.dtype and quant.dtype == "int8":
             quant = dataclasses.replace(quant, dtype=target.npu.precision)
         if tflite:
-            quant = dataclasses.replace(quant, tflite=True, per_channel=True, symmetric=False, dtype="int8")
+            from engine.quant.config import TFLITE_ONLY_OPS
+
+            quant = dataclasses.replace(quant, tflite=True, per_channel=True, symmetric=False, dtype="int8",
+                                        ops=quant.ops | TFLITE_ONLY_OPS)
         try:
             result.quant = quantize(optimized, data, quant, analysis_samples=options.analysis_samples,
                                     progress=step, cancel=cancel)

@@ -31,7 +31,7 @@ SPATIAL = frozenset({"Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalA
 """ONNX ops whose presence makes 4-D activations NHWC feature maps."""
 SUPPORTED = frozenset({"Conv", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalAveragePool",
                        "Concat", "Softmax", "Clip", "Transpose", "Pad", "Slice", "Split", "Resize",
-                       "ReduceMean", "PRelu", "ConvTranspose", "Gelu", *ELEMENTWISE, *UNARY, *PASS_THROUGH})
+                       "ReduceMean", "PRelu", "ConvTranspose", "Gelu", "Pow", *ELEMENTWISE, *UNARY, *PASS_THROUGH})
 """ONNX ops (between Q/DQ) that have a TFLite int8 form here."""
 
 

@@ -61,6 +61,26 @@ class SeqOps:
             raise InputError(f"TFLite export: MatMul {node.name!r} with a fused activation (BATCH_MATMUL has none)")
         self.m.op("BATCH_MATMUL", [a, b], [y], node.name, adj_x=False, adj_y=False)
 
+    def op_pow(self, node: Node) -> None:
+        """Pow by a constant 2 (MUL of the tensor by itself) or -0.5 (RSQRT), as a decomposed
+        LayerNorm uses them."""
+        e = node.input(1)
+        exp = None if e is None else e.const
+        if exp is None:
+            dq = self.dq_const(e)  # type: ignore[attr-defined]
+            exp = None if dq is None else (dq[0].astype(np.float32) - dq[2].astype(np.float32)) * dq[1]
+        value = None if exp is None or np.size(exp) != 1 else float(np.ravel(exp)[0])
+        x = self.value(node.inputs[0], node)  # type: ignore[attr-defined]
+        if value == 2.0:
+            y, _ = self.out_tensor(node)  # type: ignore[attr-defined]
+            self.m.op("MUL", [x, x], [y], node.name, activation="NONE")
+        elif value is not None and abs(value + 0.5) < 1e-6:
+            y, _ = self.out_tensor(node)  # type: ignore[attr-defined]
+            self.m.op("RSQRT", [x], [y], node.name)
+        else:
+            raise InputError(f"TFLite export: Pow {node.name!r} by {value} (TFLite int8: squares and "
+                             "reciprocal square roots)")
+
     def op_gelu(self, node: Node) -> None:
         approx = node.attrs.get("approximate", "none")
         approx = approx.decode() if isinstance(approx, bytes) else str(approx)

@@ -250,7 +250,10 @@ class TfliteSimulator:
         return (d * d).astype(np.float32)
 
     def k_rsqrt(self, op: TOp, x: np.ndarray) -> np.ndarray:
-        return (np.float32(1) / np.sqrt(x.astype(np.float32))).astype(np.float32)
+        if self._float(op):
+            return (np.float32(1) / np.sqrt(x.astype(np.float32))).astype(np.float32)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return self._lut(op, x, lambda v: np.float32(1) / np.sqrt(v))
 
     def k_mean(self, op: TOp, x: np.ndarray, axes: np.ndarray) -> np.ndarray:
         ax = tuple(sorted(int(a) % x.ndim for a in np.ravel(axes)))

@@ -200,6 +200,14 @@ SEQ_CASES = {
     "gelu": (_gelu_nodes("a", "b"), [numpy_helper.from_array(np.float32(np.sqrt(2)), "sqrt2"),
                                      numpy_helper.from_array(np.float32(1), "one"),
                                      numpy_helper.from_array(np.float32(0.5), "half")], 16, False),
+    "layer_norm_decomposed_int8": ([
+        helper.make_node("ReduceMean", ["a"], ["lm"], axes=[-1]), helper.make_node("Sub", ["a", "lm"], ["ld"]),
+        helper.make_node("Pow", ["ld", "two"], ["lp"]), helper.make_node("ReduceMean", ["lp"], ["lv"], axes=[-1]),
+        helper.make_node("Add", ["lv", "eps"], ["le"]), helper.make_node("Sqrt", ["le"], ["ls"]),
+        helper.make_node("Div", ["ld", "ls"], ["ln"]), helper.make_node("Mul", ["ln", "ln_g"], ["lg"]),
+        helper.make_node("Add", ["lg", "ln_b"], ["b"])],
+        [numpy_helper.from_array(np.float32(2), "two"), numpy_helper.from_array(np.float32(1e-5), "eps"),
+         _w("ln_g", 16, scale=1.0), _w("ln_b", 16, scale=0.2)], 16, False),
     "layer_norm_float_island": ([helper.make_node("LayerNormalization", ["a", "ln_g", "ln_b"], ["b"], axis=-1)],
                                 [_w("ln_g", 16, scale=1.0), _w("ln_b", 16, scale=0.2)], 16, True),
 }
@@ -230,8 +238,10 @@ def test_sequence_ops_in_litert_equal_our_simulation_and_follow_the_onnx_model(c
     opcodes = {o.opcode for o in tm.ops}
     expected = {"fully_connected_rank3": "FULLY_CONNECTED", "batch_matmul_attention": "BATCH_MATMUL",
                 "mean_last_axis": "MEAN", "mean_sequence_axis": "MEAN", "slice_unit_steps": "SLICE",
-                "gelu": "GELU", "layer_norm_float_island": "RSQRT"}[case]
+                "gelu": "GELU", "layer_norm_decomposed_int8": "RSQRT", "layer_norm_float_island": "DEQUANTIZE"}[case]
     assert expected in opcodes, opcodes
+    floats = [t.name for t in tm.tensors if t.dtype == "float32"]
+    assert bool(floats) == SEQ_CASES[case][3], floats  # float tensors only inside --allow-float-ops islands
     it = litert.Interpreter(model_content=export_bytes(tm),
                             experimental_op_resolver_type=litert.OpResolverType.BUILTIN_REF)
     it.allocate_tensors()
