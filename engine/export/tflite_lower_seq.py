@@ -5,6 +5,9 @@ MatMul of two activations (attention's Q.K^T and P.V) is an int8 BATCH_MATMUL; G
 GELU builtin (an int8 lookup table in LiteRT); a ReduceMean that AVERAGE_POOL_2D cannot express
 is MEAN. Slice with unit steps is SLICE.
 
+Pow by 2 is MUL of a tensor by itself and Pow by -0.5 is RSQRT: a decomposed LayerNorm (which
+TFLite targets keep decomposed, see engine/quant/tflite_spec.py) is all int8.
+
 Float islands (``--allow-float-ops``): an op with no int8 TFLite form is written as TFLite float
 builtins between a DEQUANTIZE of its int8 inputs and a QUANTIZE into its int8 output. Only ops
 with a float decomposition here qualify (LayerNormalization: MEAN, SQUARED_DIFFERENCE, ADD,
@@ -25,8 +28,9 @@ FLOAT_FORMS = frozenset({"LayerNormalization"})
 """ONNX ops without an int8 TFLite form that --allow-float-ops writes as float TFLite builtins."""
 
 FLOAT_REASON = {
-    "LayerNormalization": "no int8 TFLite LayerNormalization: the variance and RSQRT need float "
-                          "(written as float MEAN, SQUARED_DIFFERENCE, ADD, RSQRT, SUB, MUL)",
+    "LayerNormalization": "TFLite has no LayerNormalization op: kept fused and float by --allow-float-ops "
+                          "(written as float MEAN, SQUARED_DIFFERENCE, ADD, RSQRT, SUB, MUL; without the "
+                          "flag a decomposed LayerNorm compiles to int8 ops)",
 }
 
 
