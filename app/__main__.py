@@ -16,7 +16,31 @@ def make_app(argv: list[str] | None = None):
     app.setApplicationName("NPU Studio")
     app.setOrganizationName("NPU Studio")
     app.setStyleSheet(style.stylesheet())
+    _route_qt_messages()
     return app
+
+
+_QT_NOISE = ("propagateSizeHints",)  # the offscreen platform's notes about features it lacks
+
+
+def _route_qt_messages() -> None:
+    """Send Qt's own messages to Python logging: the offscreen platform's notes go to the debug
+    log instead of stderr, where a command's one ``error:`` line must stand alone."""
+    import logging
+
+    from PySide6.QtCore import QtMsgType, qInstallMessageHandler
+
+    log = logging.getLogger("qt")
+
+    def handler(kind, _context, message: str) -> None:
+        if any(n in message for n in _QT_NOISE) or kind == QtMsgType.QtDebugMsg:
+            log.debug("%s", message)
+        elif kind == QtMsgType.QtInfoMsg:
+            log.info("%s", message)
+        else:
+            log.warning("%s", message)
+
+    qInstallMessageHandler(handler)
 
 
 def recovery_dir() -> Path:

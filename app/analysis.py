@@ -5,12 +5,9 @@ The controller observes the document's graph (plain engine events), waits ``DEBO
 after the last one, clones the graph on the GUI thread and compiles the clone in a worker
 (app/analysis_jobs.py) with progress and cancel. One compile runs at a time: a newer request
 cancels the running one and starts when it stops. Results are published with
-``result_changed``. The canvas is recoloured through the document's published statuses
-(``Document.statuses``, which the scene's items paint from): after each result, and one
-event-loop turn after each of the document's own publications, every node takes the placement
-of the op it was compiled into, and ``statuses_changed`` names the nodes whose items must be
-repainted. (Re-emitting ``Document.analysis_changed`` instead would rebuild the editor's
-diagnostics list and inspector twice per edit.)
+``result_changed``. The canvas colours are not written here: each result is handed to the
+document (``Document.show_compiled``), the one owner of what the canvas shows, which shows the
+compiled placement while it belongs to the current graph and the edited graph's otherwise.
 
 What-ifs never edit the graph: hardware changes re-simulate the compiled graph on a modified
 target, pin previews simulate extra pins. Applying a pin pushes the editor's SetPinCommand;
@@ -28,7 +25,7 @@ from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QObject, QTimer, Signal
 
-from app import placement
+from app import placement, quality
 from app.analysis_jobs import (
     AnalysisCache,
     AnalysisRequest,
@@ -40,6 +37,7 @@ from app.analysis_jobs import (
     resimulate_job,
     sustained_job,
 )
+from app.document import CompiledPlacement
 from app.workers import Task
 from engine.hw.target import HardwareTarget
 from engine.ir.events import GraphEvent, NodeChanged
@@ -66,7 +64,6 @@ class AnalysisController(QObject):
     settings_changed = Signal(object)  # AnalysisSettings
     hardware_changed = Signal(object)  # HardwareTarget in use (what-if or not)
     cleared = Signal()  # another document: nothing to show until its first compile
-    statuses_changed = Signal(object)  # names whose Document.statuses the overlay changed
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -99,12 +96,6 @@ class AnalysisController(QObject):
         self._request_id = 0
         self._compare_next = False
         self._dirty_since: float | None = None
-        # The canvas overlay runs one event-loop turn after whatever triggered it, so the editor's
-        # own handlers of the same change and ours never run back to back.
-        self._overlay_timer = QTimer(self)
-        self._overlay_timer.setSingleShot(True)
-        self._overlay_timer.setInterval(0)
-        self._overlay_timer.timeout.connect(self._apply_canvas_overlay)
         self._sustained_timer = QTimer(self)
         self._sustained_timer.setSingleShot(True)
         self._sustained_timer.setInterval(SUSTAINED_DELAY_MS)
@@ -183,8 +174,6 @@ class AnalysisController(QObject):
             return
         if (self.doc.target_name or None) != (self.settings.target or None):
             self.set_target(self.doc.target_name)
-            return
-        self._overlay_timer.start()
 
     # -- settings ----------------------------------------------------------------------------
     @property
@@ -316,6 +305,8 @@ class AnalysisController(QObject):
         if self._is_stale() or self._after_task():
             return
         self._dirty_since = None
+        if self.doc is not None:
+            self.doc.compile_failed(message)
         self._set_state("failed", message)
 
     def _on_compile_cancelled(self) -> None:
@@ -345,11 +336,13 @@ class AnalysisController(QObject):
             self.comparison = (self.previous, result)
             self._compare_next = False
             self.comparison_changed.emit(self.comparison)
-        self._overlay_timer.start()
+        self._show_on_canvas(result)
         self.result_changed.emit(result)
         how = "cached" if result.cached else f"{result.seconds:.2f} s"
+        poor = quality.low_sqnr_warnings(result)
+        note = f" — ⚠ {poor[0].message}" if poor else ""
         self._set_state("ready", f"{result.latency_us / 1000:.3f} ms simulated on {result.compile.target.name} "
-                                 f"({how})")
+                                 f"({how}){note}")
         self._start_sustained(result)
 
     def _set_state(self, state: str, message: str) -> None:
@@ -447,7 +440,7 @@ class AnalysisController(QObject):
             return
         if self.current is not None and result.request_id == self.current.request_id and not self.busy:
             self.current = result
-            self._overlay_timer.start()
+            self._show_on_canvas(result)
             self.result_changed.emit(result)
             self._set_state("ready", f"{result.latency_us / 1000:.3f} ms simulated on "
                                      f"{'modified ' if result.what_if_hardware else ''}{result.compile.target.name}")
@@ -531,30 +524,32 @@ class AnalysisController(QObject):
         self.selection_changed.emit(ops, origin)
 
     # -- canvas colours --------------------------------------------------------------------------
-    def _apply_canvas_overlay(self) -> None:
-        """Publish the compiled placement of every node through the document's statuses."""
-        doc, res = self.doc, self.current
-        if doc is None or res is None or not self.enabled:
+    def _show_on_canvas(self, result: AnalysisResult) -> None:
+        """Hand the compiled placement of every node of the edited graph to the document."""
+        doc = self.doc
+        if doc is None or not self.enabled:
             return
-        ops = {o.node: o for o in res.sim.ops}
-        fresh = res.graph_version == doc.graph.version
-        changed: set[str] = set()
-        for n in doc.graph.nodes:
-            old = doc.statuses.get(n.name) or placement.NodeStatus()
-            op = res.op_of_source.get(n.name)
-            if op is not None:
-                rec = ops[op]
-                reason = rec.fallback_reason or ""
-                if op != n.name:
-                    reason = f"fused into {op}" + (f"; {reason}" if reason else "")
-                new = placement.NodeStatus(rec.device, reason, old.pinned, old.errors)
-            elif fresh:
-                new = placement.NodeStatus("unplaced", "removed by the optimizer (folded or eliminated): it does "
-                                           "not run", old.pinned, old.errors)
-            else:
-                continue
-            if new != old:
-                doc.statuses[n.name] = new
-                changed.add(n.name)
-        if changed:
-            self.statuses_changed.emit(changed)
+        doc.show_compiled(compiled_placement(result, doc.graph))
+
+
+def compiled_placement(result: AnalysisResult, graph: Any) -> CompiledPlacement:
+    """Each node of ``graph`` placed as the op it was compiled into (a node the optimizer removed
+    does not run: "unplaced")."""
+    ops = {o.node: o for o in result.sim.ops}
+    device: dict[str, str] = {}
+    reason: dict[str, str] = {}
+    for n in graph.nodes:
+        op = result.op_of_source.get(n.name)
+        if op is not None:
+            rec = ops[op]
+            why = rec.fallback_reason or ""
+            if op != n.name:
+                why = f"fused into {op}" + (f"; {why}" if why else "")
+            device[n.name], reason[n.name] = rec.device, why
+        else:
+            device[n.name] = "unplaced"
+            reason[n.name] = "removed by the optimizer (folded or eliminated): it does not run"
+    return CompiledPlacement(result.graph_version, device, reason,
+                             [*quality.low_sqnr_warnings(result),
+                              *(d for d in result.compile.diagnostics if d.code != quality.LOW_SQNR),
+                              *result.sim.placement.diagnostics])

@@ -11,9 +11,7 @@ chart. Canvas colours follow each compile through the document's statuses (app/a
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ from PySide6.QtCore import QEvent, QObject, Qt, QTimer
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QDockWidget, QMainWindow, QMenu, QProgressBar, QToolButton
 
+from app import runtime
 from app.analysis import AnalysisController
 from app.export import ExportController
 from app.panels.charts import ChartsPanel
@@ -31,7 +30,6 @@ from app.panels.stages_panel import StagesPanel
 from app.panels.target_panel import TargetPanel
 
 log = logging.getLogger(__name__)
-GIL_SWITCH_INTERVAL_S = 0.001
 
 
 def _menu(window: QMainWindow, title: str) -> QMenu | None:
@@ -80,7 +78,6 @@ class AnalysisDock(QObject):
         ctl.progress.connect(self._on_progress)
         ctl.settings_changed.connect(self._on_settings_changed)
         ctl.cleared.connect(self._on_cleared)
-        ctl.statuses_changed.connect(self._on_statuses_changed)
         self.charts.op_clicked.connect(self.select_op)
         window.document_shown.connect(self._on_document_shown)
         window.installEventFilter(self)
@@ -217,30 +214,6 @@ class AnalysisDock(QObject):
         if state == "failed":
             self.window.statusBar().showMessage(f"analysis: {message}", 10000)
 
-    def _on_statuses_changed(self, names: set[str]) -> None:
-        """Repaint the canvas items (and legend, minimap) of nodes the compile placed anew."""
-        w, scene = self.window, self.window.scene
-        doc = self.controller.doc
-        if scene is None or doc is None or getattr(scene, "read_only", False):
-            return
-        for it in scene.node_items.values():
-            if it.node.name in names:
-                it.update()
-        overview = getattr(scene, "overview", None)
-        if overview is not None:
-            overview.invalidate()
-        canvas = getattr(w, "canvas", None)
-        if canvas is None:
-            return
-        counts: dict[str, int] = {}
-        for st in doc.statuses.values():
-            counts[st.device] = counts.get(st.device, 0) + 1
-            if st.errors:
-                counts["error"] = counts.get("error", 0) + 1
-        counts["group"] = sum(1 for n in doc.graph.nodes if n.meta.get("provenance") and n.meta["provenance"] != [n.name])
-        canvas.legend.set_counts(counts)
-        canvas.minimap.schedule_rebuild()
-
     def _on_cleared(self) -> None:
         self.charts.show_empty("compiling the new model…")
         self.op_panel.show_op(None)
@@ -356,30 +329,6 @@ class AnalysisDock(QObject):
         QCoreApplication.processEvents()
 
 
-_FROZEN = False
-
-
-def _freeze_startup_heap() -> None:
-    """Move what exists after start-up (modules, classes, functions, the window) out of the
-    cyclic garbage collector's sight, once per process.
-
-    A full collection holds the GIL while it walks every tracked object; at start-up that is
-    ~140k objects (Qt, pyqtgraph, numpy, onnx and our modules), and a collection triggered by an
-    analysis worker then stalls the GUI thread for 50-100 ms. These objects live as long as the
-    process (reference counting still frees them), so freezing them only shortens collections.
-    """
-    global _FROZEN
-    if _FROZEN:
-        return
-    _FROZEN = True
-    import importlib
-
-    for mod in ("engine.compiler", "engine.passes.pipeline", "engine.quant.api", "engine.quant.mixed",
-                "engine.sim.timeline", "engine.sim.thermal", "engine.sim.stream", "engine.sim.executor",
-                "engine.export.artifacts", "engine.export.report"):
-        importlib.import_module(mod)
-    gc.collect()
-    gc.freeze()
 
 
 def install_analysis(window: QMainWindow) -> AnalysisDock:
@@ -387,11 +336,7 @@ def install_analysis(window: QMainWindow) -> AnalysisDock:
     existing = getattr(window, "analysis", None)
     if isinstance(existing, AnalysisDock):
         return existing
-    # Qt calls back into Python for every paint and bounding box; while an analysis worker runs
-    # Python, each callback waits for the GIL up to the switch interval (5 ms by default), which
-    # adds up to visible stalls. 1 ms keeps the GUI responsive at a negligible switching cost.
-    sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_INTERVAL_S))
+    runtime.start_up()  # interpreter settings and the preloaded engine (app/runtime.py), once
     dock = AnalysisDock(window)
-    _freeze_startup_heap()
     window.analysis = dock  # type: ignore[attr-defined]
     return dock

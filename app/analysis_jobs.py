@@ -1,6 +1,6 @@
 """The analysis work that runs in worker threads (see app/workers.py): the live compile
-(optimize -> quantize -> place -> simulate, the stages of ``engine.compiler.compile_model``, with
-caches so an undo or a quantization-only change does not redo what is known), re-simulation
+(``engine.compiler.compile_model``, the CLI's driver, handed cached calibration statistics or
+an earlier result so an undo or a quantization-only change does not redo what is known), re-simulation
 for hardware and placement what-ifs, slider sweeps, sustained (thermal and stream) runs, the
 tensor values behind the inspector's histograms and the mixed-precision candidates.
 
@@ -28,10 +28,10 @@ from engine.compiler import (
     INTEGER_PRECISIONS,
     CompileOptions,
     CompileResult,
-    optimize_graph,
+    compile_model,
+    quant_config_for,
     require_static,
 )
-from engine.diagnostics import INFO, WARNING, Diagnostic
 from engine.errors import InputError
 from engine.hw.target import HardwareTarget
 from engine.ir.graph import Graph
@@ -276,68 +276,13 @@ def effective_pins(optimized: Graph, source_pins: dict[str, str]) -> dict[str, s
     return out
 
 
-def quant_config_for(settings: AnalysisSettings, target: HardwareTarget) -> QuantConfig:
-    """The QuantConfig compile_model uses: int8 follows the target's integer precision."""
-    q = settings.quant
-    if target.npu.precision in INTEGER_PRECISIONS and target.npu.precision != q.dtype and q.dtype == "int8":
-        q = dataclasses.replace(q, dtype=target.npu.precision)
-    return q
-
-
-@dataclass
-class _Front:
-    optimized: Graph
-    trace: list
-    diagnostics: list[Diagnostic]
-    quant: QuantResult | None
-    calibration_source: str
-
-
-def _build_front(control: TaskControl, req: AnalysisRequest, cache: AnalysisCache, key: str | None) -> _Front:
-    from engine.quant.api import quantize
-    from engine.quant.calibrate import Cancelled as EngineCancelled
-    from engine.quant.calibrate import calibrate
-
-    step = _progress(control)
-    s, target = req.settings, req.target
-    step("optimize", 0, 1)
-    optimized, trace, diags = optimize_graph(req.graph, s.disabled_passes)
-    step("optimize", 1, 1)
-    quant = None
-    source = ""
-    if target.npu.precision in INTEGER_PRECISIONS:
-        data, synthetic = cache.data(s, req.graph)
-        if synthetic:
-            n = CompileOptions().synthetic_samples
-            diags.append(Diagnostic(WARNING, None, "synthetic-calibration",
-                                    f"quantized with {n} synthetic random samples, not real data: "
-                                    "scales and the error figures do not reflect real inputs"))
-        qcfg = quant_config_for(s, target)
-        ckey = (key, s.disabled_passes, s.calibration, s.preprocess, qcfg.bins) if key else None
-        calibration = cache.calibration(ckey) if ckey else None
-        try:
-            if calibration is None:
-                calibration = calibrate(optimized, data, qcfg, histograms=True,
-                                        progress=lambda d, t: step("calibrate", d, t), cancel=control.cancelled)
-                if ckey:
-                    cache.put_calibration(ckey, calibration)
-            quant = quantize(optimized, data, qcfg, analysis_samples=s.analysis_samples, calibration=calibration,
-                             progress=step, cancel=control.cancelled)
-        except EngineCancelled:
-            raise Cancelled() from None
-        except ValueError as exc:
-            if "nothing to quantize" not in str(exc):
-                raise
-            diags.append(Diagnostic(INFO, None, "nothing-to-quantize", str(exc)))
-        source = data.source
-    else:
-        diags.append(Diagnostic(INFO, None, "float-target",
-                                f"target {target.name!r} runs {target.npu.precision}: no QDQ model"))
-    return _Front(optimized, trace, diags, quant, source)
-
-
 def compile_job(control: TaskControl, req: AnalysisRequest, cache: AnalysisCache) -> AnalysisResult:
-    """Compile a clone of the document's graph (see the module docstring)."""
+    """Compile a clone of the document's graph with the engine's driver (``compile_model``),
+    handing it what the cache knows: the calibration statistics of this graph and data (a
+    quantization-only change does not observe the samples again) or a whole earlier result
+    (an undo, or a pin: only the simulation runs again)."""
+    from engine.quant.calibrate import Cancelled as EngineCancelled
+
     t0 = time.perf_counter()
     problems = structural_problems(req.graph)
     if problems:
@@ -345,37 +290,50 @@ def compile_job(control: TaskControl, req: AnalysisRequest, cache: AnalysisCache
         raise AnalysisBlocked(f"the graph cannot be compiled: {problems[0]}{more}")
     require_static(req.graph)
     key = graph_key(req.graph)
-    s = req.settings
-    fkey = None
-    if key is not None:
-        fkey = (key, s.disabled_passes, s.calibration, s.preprocess, repr(quant_config_for(s, req.target)),
-                s.analysis_samples, req.target.npu.precision)
+    s, target = req.settings, req.target
+    qcfg = quant_config_for(s.quant, target)
+    fkey = (key, s.disabled_passes, s.calibration, s.preprocess, repr(qcfg), s.analysis_samples,
+            target.npu.precision) if key else None
+    ckey = (key, s.disabled_passes, s.calibration, s.preprocess, qcfg.bins) if key else None
     front = cache.front(fkey) if fkey else None
-    cached = front is not None
-    if front is None:
-        front = _build_front(control, req, cache, key)
-        if fkey:
-            cache.put_front(fkey, front)
     step = _progress(control)
-    step("simulate", 0, 1)
-    pins = effective_pins(front.optimized, req.source_pins)
-    sim = simulate(front.optimized, req.target, SimOptions(pins=pins or None))
-    step("simulate", 1, 1)
-    result = CompileResult(req.graph, front.optimized, req.target, s.options(pins), list(front.trace),
-                           quant=front.quant, sim=sim, calibration_source=front.calibration_source,
-                           diagnostics=list(front.diagnostics))
-    op_of, sources_of = source_mapping(req.graph, sim)
+    try:
+        if front is None:
+            data = cache.data(s, req.graph)[0] if s.calibration and target.npu.precision in INTEGER_PRECISIONS else None
+            front = compile_model(req.graph, target, data, s.options(req.source_pins), progress=step,
+                                  cancel=control.cancelled, calibration_stats=cache.calibration(ckey) if ckey else None,
+                                  histograms=True)
+            if fkey:
+                cache.put_front(fkey, front)
+            if ckey and front.quant is not None:
+                cache.put_calibration(ckey, front.quant.calibration)
+            cached = False
+        else:
+            cached = True
+        pins = effective_pins(front.optimized, req.source_pins)
+        result = front
+        if cached or pins != dict(front.options.pins):
+            result = compile_model(req.graph, target, options=s.options(pins), progress=step, reuse=front)
+    except EngineCancelled:
+        raise Cancelled() from None
+    op_of, sources_of = source_mapping(req.graph, result.sim)
     return AnalysisResult(req.request_id, req.graph_version, result, s, time.perf_counter() - t0, op_of,
                           sources_of, cached=cached, what_if_hardware=req.what_if_hardware)
 
 
 # -- re-simulation and what-ifs --------------------------------------------------------------
+def precisions_of(base: AnalysisResult) -> dict[str, str] | None:
+    """The per-node precisions the compile priced its ops by (as compile_model simulates)."""
+    q = base.compile.quant
+    return dict(q.model.node_precision) if q is not None else None
+
+
 def resimulate(base: AnalysisResult, target: HardwareTarget, pins: dict[str, str] | None = None,
                request_id: int | None = None, what_if: bool = True) -> AnalysisResult:
     """``base`` simulated again on another target (or with other pins); no recompile."""
     t0 = time.perf_counter()
     pins = dict(base.compile.options.pins) if pins is None else pins
-    sim = simulate(base.compile.optimized, target, SimOptions(pins=pins or None))
+    sim = simulate(base.compile.optimized, target, SimOptions(pins=pins or None, precisions=precisions_of(base)))
     comp = dataclasses.replace(base.compile, target=target, sim=sim,
                                options=dataclasses.replace(base.compile.options, pins=dict(pins)))
     op_of, sources_of = source_mapping(base.compile.source, sim)
@@ -423,7 +381,8 @@ def pin_preview_job(control: TaskControl, base: AnalysisResult, ops: list[str], 
             pins.pop(op, None)
         else:
             pins[op] = device
-    after = simulate(base.compile.optimized, base.compile.target, SimOptions(pins=pins or None))
+    after = simulate(base.compile.optimized, base.compile.target,
+                     SimOptions(pins=pins or None, precisions=precisions_of(base)))
     before_t, after_t = _transfer_set(base.sim), _transfer_set(after)
     added = [(*k, after_t[k]) for k in after_t if k not in before_t]
     removed = [(*k, before_t[k]) for k in before_t if k not in after_t]
@@ -466,7 +425,7 @@ def sweep_job(control: TaskControl, base: AnalysisResult, targets: list[tuple[fl
     out = []
     for k, (value, tgt) in enumerate(targets):
         control.check()
-        sim = simulate(base.compile.optimized, tgt, SimOptions(pins=pins, suggest=False))
+        sim = simulate(base.compile.optimized, tgt, SimOptions(pins=pins, suggest=False, precisions=precisions_of(base)))
         out.append((value, float(sim.latency_us), memory_bound_share(sim)))
         control.progress((k + 1) / len(targets), "sweep")
     return out
@@ -594,7 +553,7 @@ def precision_job(control: TaskControl, result: AnalysisResult, cache: AnalysisC
     """Output SQNR gained by raising each of the ``top_k`` most sensitive layers alone, and the
     latency that costs on the simulated target (engine.quant.mixed.latency_cost_from_sim)."""
     from engine.ir.clone import clone_graph
-    from engine.quant.mixed import Candidate, latency_cost_from_sim, output_quality
+    from engine.quant.mixed import candidate_gains, latency_cost_from_sim, output_quality
 
     comp = result.compile
     qr = comp.quant
@@ -610,12 +569,13 @@ def precision_job(control: TaskControl, result: AnalysisResult, cache: AnalysisC
     graph = clone_graph(comp.optimized)
     samples = max(1, min(8, result.settings.analysis_samples))
     base, _ = output_quality(graph, data, cfg, qr.calibration, samples)
-    out = []
-    for k, node in enumerate(ranking):
+
+    def step(k: int, total: int, node: str) -> None:
         control.check()
-        control.progress(0.05 + 0.95 * k / max(len(ranking), 1), f"trying {node} at {prec}")
-        sq, _ = output_quality(graph, data, cfg.with_precision(node, prec), qr.calibration, samples)
-        out.append(Candidate(node, prec, sq - base, cost(node, prec)))
+        control.progress(0.05 + 0.95 * k / max(total, 1), f"trying {node} at {prec}")
+
+    out = candidate_gains(graph, data, cfg, qr.calibration, ranking, prec, samples, cost, base_sqnr_db=base,
+                          progress=step)
     raised = {n: p for n, p in cfg.precision.items()}
     return PrecisionCandidates(prec, base, out, raised)
 

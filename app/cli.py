@@ -85,7 +85,7 @@ def cmd_gui(args: argparse.Namespace, out: Out) -> int:
 
 
 def screenshot(model: Path, dest: Path, target: str | None, shapes: dict, out: Out, size=(1600, 1000),
-               timeout: float = 120.0, calib: str | None = None) -> int:
+               timeout: float = 300.0, calib: str | None = None) -> int:
     """Load, compile, lay out and render the main window to ``dest`` (a PNG); exit status."""
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
@@ -105,18 +105,21 @@ def screenshot(model: Path, dest: Path, target: str | None, shapes: dict, out: O
     if calib and not Path(calib).exists():
         raise InputError(f"{calib}: no such calibration file or folder")
     win = MainWindow(settings=settings, restore_state=False)
+    win.interactive = False  # an error must end the command, not wait in a message box
     analysis = getattr(win, "analysis", None)  # the charts (app/analysis_dock.py)
     if analysis is not None and calib:
         analysis.controller.calibration_for_next = calib
     win.resize(*size)
     win.show()
-    failures: list[str] = []
     task = win.open_path(model, target=target, shapes=shapes)
-    task.signals.failed.connect(failures.append)
-    _wait(app, lambda: (win.scene is not None and not win.scene.is_populating and win.doc is not None) or bool(failures),
-          timeout)
-    if failures:
-        raise ModelError(failures[0])
+    # The load may fail before a slot could be connected here: the task keeps its error.
+    _wait(app, lambda: (win.scene is not None and not win.scene.is_populating and win.doc is not None)
+          or task.error is not None, timeout)
+    if task.error is not None:
+        win.close()
+        if task.internal_error:
+            raise RuntimeError(task.error)
+        raise ModelError(task.error)
     if win.doc is None:
         raise ModelError(f"{model}: timed out after {timeout:.0f} s while loading")
     doc = win.doc

@@ -212,6 +212,21 @@ class SetInputTypeCommand(GraphCommand):
         self.value.set_type(self.old_type)
 
 
+class SetTensorMethodCommand(QUndoCommand):
+    """Calibrate one tensor with another method (an analysis setting, not a graph edit): on the
+    undo stack like every change that reaches the compile options and the exported bundle."""
+
+    def __init__(self, controller: Any, tensor: str, method: str | None, old: str | None) -> None:
+        super().__init__(f"Calibrate {tensor} with {method}" if method else f"Calibrate {tensor} as the rest")
+        self.controller, self.tensor, self.method, self.old = controller, tensor, method, old
+
+    def redo(self) -> None:
+        self.controller.set_tensor_method(self.tensor, self.method)
+
+    def undo(self) -> None:
+        self.controller.set_tensor_method(self.tensor, self.old)
+
+
 class MoveItemsCommand(GraphCommand):
     """Move canvas items (view state: positions live in the scene, not in the graph)."""
 

@@ -21,7 +21,8 @@ from PySide6.QtCore import QObject, QPointF, QTimer, Signal
 from PySide6.QtGui import QUndoCommand, QUndoStack
 
 from app import placement
-from app.workers import Task, TaskControl, release_heap
+from app.runtime import release_heap
+from app.workers import Task, TaskControl
 from engine import editing
 from engine import project as projects
 from engine.diagnostics import ERROR, Diagnostic
@@ -81,6 +82,17 @@ def _analysis_job(control: TaskControl, clone: Graph, base: dict[str, TensorType
 _TARGETS: dict[tuple[str, float], Any] = {}
 
 
+@dataclass
+class CompiledPlacement:
+    """The placement of a compile of the graph at ``version``: each node's device (the op it was
+    compiled into), and the compile's diagnostics."""
+
+    version: int
+    device: dict[str, str]
+    reason: dict[str, str]
+    diagnostics: list[Diagnostic]
+
+
 def resolve_target_cached(name: str | None) -> Any:
     """``placement.resolve_target``, remembered: parsing a target's YAML costs tens of
     milliseconds, and opening each model (on the GUI thread) asks for one. Targets are frozen
@@ -132,10 +144,15 @@ class Document(QObject):
         self.target: Any = None
         self.recovery_dir = Path(recovery_dir) if recovery_dir else None
         self.autosave_delay_ms = AUTOSAVE_DELAY_MS
-        self.statuses: dict[str, placement.NodeStatus] = {}
+        self.statuses: dict[str, placement.NodeStatus] = {}  # what the canvas shows (see _compose)
+        self.placement_source = "edited"  # which placement ``statuses`` shows: "edited" or "compiled"
         self.diagnostics: list[Diagnostic] = []
         self.placement_diagnostics: list[Diagnostic] = []
+        self.compile_diagnostics: list[Diagnostic] = []  # of the compile the canvas shows (or why it failed)
         self._placement = placement.PlacementOutcome()
+        self._edited_statuses: dict[str, placement.NodeStatus] = {}
+        self._compiled: CompiledPlacement | None = None
+        self._autosaved: set[Path] = set()  # recovery files this document wrote (Save As moves the name)
         self._baseline = editing.snapshot_types(graph)
         base = project.base if project is not None else None
         if base is None:  # the loader may have taken it already, off the GUI thread
@@ -159,6 +176,8 @@ class Document(QObject):
         self._autosave_timer.timeout.connect(self.autosave)
         self._unsubscribe = graph.events.subscribe(self._on_graph_event)
         self._restored = False
+        self._closed = False
+        self.positions_restored = False  # the project's saved node positions were applied
         if self.target_name:
             self.set_target(self.target_name, analyze=False)
 
@@ -202,6 +221,8 @@ class Document(QObject):
     def _on_graph_event(self, ev: GraphEvent) -> None:
         self._delayed_analysis.stop()  # the edit's own analysis (re-inferring) replaces it
         self._analysis_timer.start()
+        if self.placement_source == "compiled":  # that compile is of the graph before this edit
+            self._set_statuses(self._edited_statuses)
         if self.recovery_dir is not None:
             self._autosave_timer.start(self.autosave_delay_ms)
         self.graph_edited.emit()
@@ -286,8 +307,8 @@ class Document(QObject):
         self._place_task = task.start()
 
     def _on_analysis_done(self, task: Task, result: AnalysisResult) -> None:
-        if task is not self._place_task or result.version != self.graph.version:
-            return  # superseded: a newer analysis is on its way
+        if self._closed or task is not self._place_task or result.version != self.graph.version:
+            return  # superseded (a newer analysis is on its way), or the document closed
         self._place_task = None
         reshaped: set[str] = set()  # nodes whose output types changed: their items repaint too
         if result.types is not None:
@@ -335,7 +356,7 @@ class Document(QObject):
 
     def _on_placement_done(self, task: Task, result: tuple[int, placement.PlacementOutcome]) -> None:
         version, outcome = result
-        if task is not self._place_task or version != self.graph.version:
+        if self._closed or task is not self._place_task or version != self.graph.version:
             return  # superseded: a newer analysis is on its way
         self._place_task = None
         self._placement = outcome
@@ -358,14 +379,55 @@ class Document(QObject):
         self._set_statuses(placement.statuses(self.graph, self._placement, node_errors(self.diagnostics)),
                            everything=everything)
 
+    def show_compiled(self, compiled: CompiledPlacement | None) -> None:
+        """The analysis compiled the graph at ``compiled.version`` (None: no compile to show).
+        The canvas shows it while it is the compile of the current graph."""
+        self._compiled = compiled
+        self.compile_diagnostics = []  # a failure before this compile no longer applies
+        self._set_statuses(self._edited_statuses)
+
+    def compile_failed(self, message: str) -> None:
+        """The analysis could not compile the current graph: say so in the diagnostics."""
+        self._compiled = None
+        self.compile_diagnostics = [Diagnostic(ERROR, None, "compile-blocked", message)]
+        self._set_statuses(self._edited_statuses)
+
+    def _compose(self, edited: dict[str, placement.NodeStatus]) -> dict[str, placement.NodeStatus]:
+        """The one decision of what the canvas shows: the compiled placement while it belongs to
+        the current graph, else the edited graph's own placement."""
+        comp = self._compiled
+        if comp is None or comp.version != self.graph.version:
+            self.placement_source = "edited"
+            if comp is None and not any(d.code == "compile-blocked" for d in self.compile_diagnostics):
+                self.compile_diagnostics = []
+            return edited
+        self.placement_source = "compiled"
+        self.compile_diagnostics = list(comp.diagnostics)
+        out: dict[str, placement.NodeStatus] = {}
+        for name, st in edited.items():
+            dev = comp.device.get(name)
+            out[name] = st if dev is None else placement.NodeStatus(dev, comp.reason.get(name, ""), st.pinned, st.errors)
+        return out
+
     def _set_statuses(self, new: dict[str, placement.NodeStatus], also: set[str] = frozenset(),  # type: ignore[assignment]
                       everything: bool = False) -> None:
-        """Publish statuses; listeners hear which names changed (``also`` adds nodes whose
-        shapes changed) or None when anything may have (types re-inferred in place)."""
+        """Publish statuses (the only writer of ``statuses``); listeners hear which names changed
+        (``also`` adds nodes whose shapes changed) or None when anything may have."""
+        self._edited_statuses = new
+        new = self._compose(new)
         old = self.statuses
         changed = {k for k, v in new.items() if old.get(k) != v} | (set(old) - set(new)) | set(also)
         self.statuses = new
         self.analysis_changed.emit(None if everything else changed)
+
+    @property
+    def compile_blocked(self) -> bool:
+        """True when the last compile of this graph failed (the diagnostics say why)."""
+        return self.placement_source == "edited" and any(d.code == "compile-blocked" for d in self.compile_diagnostics)
+
+    def fallback_count(self) -> int:
+        """Nodes of the canvas that run on the CPU (the legend's "CPU fallback" figure)."""
+        return sum(1 for st in self.statuses.values() if st.device == "cpu")
 
     @property
     def placement_ready(self) -> bool:
@@ -373,8 +435,11 @@ class Document(QObject):
         return self._placement.available
 
     def all_diagnostics(self) -> list[Diagnostic]:
-        """Verify and inference findings, then placement's."""
-        return [*self.diagnostics, *self.placement_diagnostics]
+        """Verify and inference findings, then the placement's the canvas shows (the compile's
+        when it shows the compiled placement, with why a compile failed)."""
+        if self.placement_source == "compiled":
+            return [*self.diagnostics, *self.compile_diagnostics]
+        return [*self.diagnostics, *self.compile_diagnostics, *self.placement_diagnostics]
 
     # -- files -----------------------------------------------------------------------------
     def title(self) -> str:
@@ -455,21 +520,28 @@ class Document(QObject):
             return None
         finally:
             proj.extra.pop("recovery", None)
-        self._autosaved_path = path
+        self._autosaved.add(path)
         self.autosaved.emit(str(path))
         return path
 
     def discard_recovery(self) -> None:
-        """Remove this document's recovery file (after a save or a clean close)."""
-        path = self.recovery_path
-        if path is not None and path.exists():
-            try:
-                path.unlink()
-            except OSError:
-                log.warning("could not remove recovery file %s", path)
+        """Remove this document's recovery files (after a save or a clean close): the one named
+        after its current path and any written under an earlier name (before a Save As)."""
+        paths = set(self._autosaved)
+        if self.recovery_path is not None:
+            paths.add(self.recovery_path)
+        for path in paths:
+            if path.exists():
+                try:
+                    path.unlink()
+                except OSError:
+                    log.warning("could not remove recovery file %s", path)
+                    continue
+            self._autosaved.discard(path)
 
     def close(self) -> None:
         """Stop observing the graph; a clean document leaves no recovery file."""
+        self._closed = True
         self._delayed_analysis.stop()
         self._autosave_timer.stop()
         self._analysis_timer.stop()

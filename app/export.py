@@ -13,10 +13,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, Qt, QUrl, Signal
-from PySide6.QtGui import QDesktopServices
+from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QFileDialog, QMessageBox, QProgressDialog, QWidget
 
+from app.help import open_local_file
 from app.workers import Cancelled, Task, TaskControl
 
 log = logging.getLogger(__name__)
@@ -57,6 +57,7 @@ class ExportController(QObject):
 
     finished = Signal(object)  # {"outdir", "files", "latency_us"}
     failed = Signal(str)
+    message = Signal(str)  # something to tell the user (e.g. where the report is)
 
     def __init__(self, controller: Any, parent_widget: QWidget | None = None) -> None:
         super().__init__(parent_widget)
@@ -146,8 +147,15 @@ class ExportController(QObject):
         with contextlib.suppress(RuntimeError, TypeError):
             self.failed.disconnect(self._on_dialog_export_failed)
         report = Path(info["outdir"]) / "report.html"
-        if self.ask_open_report(info) and report.exists():
-            QDesktopServices.openUrl(QUrl.fromLocalFile(str(report)))
+        if self.ask_open_report(info):
+            open_local_file(report, self._tell)
+
+    def _tell(self, message: str) -> None:
+        """Say something the user must see (the report could not be opened: where it is)."""
+        w = self.parent_widget
+        if w is not None and hasattr(w, "statusBar"):
+            w.statusBar().showMessage(message, 30000)
+        self.message.emit(message)
 
     def _on_dialog_export_failed(self, message: str) -> None:
         with contextlib.suppress(RuntimeError, TypeError):

@@ -16,7 +16,8 @@ from app import placement
 from app.canvas.edge_item import edge_paths
 from app.canvas.layout import LayoutResult, layered_layout
 from app.canvas.snapshot import GraphSnapshot, take_snapshot
-from app.workers import TaskControl, hold_gc, release_gc, settle_heap
+from app.runtime import collections_paused, settle_heap
+from app.workers import TaskControl
 from engine import project as projects
 from engine.diagnostics import Diagnostic
 from engine.ir.graph import Graph
@@ -39,12 +40,11 @@ class LoadedModel:
 
 def load_job(control: TaskControl, path: str | Path, shapes: dict[str, tuple[int, ...]] | None = None) -> LoadedModel:
     """Read ``path`` (.onnx or .npuproj), then lay it out."""
-    hold_gc()
-    try:
-        return _load(control, Path(path), shapes)
-    finally:
-        settle_heap()  # the new graph is not visited by later collections (workers.settle_heap)
-        release_gc()
+    with collections_paused():
+        try:
+            return _load(control, Path(path), shapes)
+        finally:
+            settle_heap()  # the new graph is not visited by later collections (app/runtime.py)
 
 
 def _load(control: TaskControl, path: Path, shapes: dict[str, tuple[int, ...]] | None) -> LoadedModel:

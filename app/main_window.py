@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import commands, jobs, placement
+from app import commands, jobs, placement, recent, runtime
 from app.analysis_dock import install_analysis
 from app.canvas.minimap import LegendWidget, MinimapWidget
 from app.canvas.node_item import IOItem, NodeItem
@@ -35,17 +35,21 @@ from app.canvas.scene import GraphScene
 from app.canvas.snapshot import take_snapshot
 from app.canvas.view import GraphView
 from app.document import Document, pending_recoveries
+from app.help import install_help
 from app.panels.diagnostics import DiagnosticsPanel
 from app.panels.inspector import InspectorPanel
 from app.panels.palette import PalettePanel
 from app.panels.pass_trace import PassTracePanel
 from app.panels.sweep_panel import install_sweep_panel
-from app.workers import Task, settle_heap
+from app.runtime import settle_heap
+from app.shape_dialog import ShapeDialog, dynamic_inputs, remember, remembered
+from app.workers import Task
 
 log = logging.getLogger(__name__)
-MAX_RECENT = 10
 FIRST_LOOK_SCALE = 0.65  # a model opens at least this zoomed in: labels stay readable
 FIRST_ANALYSIS_DELAY_MS = 80  # placement of a freshly opened model starts after its first frame
+POSITIONS_KEY = "positions"  # node name -> [x, y] on the canvas, in a saved project
+DEFAULT_TARGET = "phone-npu"  # a first run opens placed, compiled and charted (issue 17)
 FILE_FILTER = "Models and projects (*.onnx *.npuproj);;ONNX models (*.onnx);;NPU Studio projects (*.npuproj)"
 
 
@@ -60,6 +64,7 @@ class _CanvasArea(QWidget):
         lay.setSpacing(0)
         self.banner = QLabel()
         self.banner.setObjectName("banner")
+        self.banner.setWordWrap(True)
         self.banner.hide()
         lay.addWidget(self.banner)
         lay.addWidget(view)
@@ -89,9 +94,10 @@ class MainWindow(QMainWindow):
     compile_finished = Signal(object)
 
     def __init__(self, settings: QSettings | None = None, recovery_dir: str | Path | None = None,
-                 restore_state: bool = True, autosave_delay_ms: int | None = None) -> None:
+                 restore_state: bool = True, autosave_delay_ms: int | None = None,
+                 default_target: str | None = DEFAULT_TARGET) -> None:
         super().__init__()
-        _preload_engine()
+        runtime.start_up()  # the process-wide interpreter settings, once (app/runtime.py)
         self.settings = settings if settings is not None else QSettings("NPU Studio", "NPU Studio")
         self.recovery_dir = Path(recovery_dir) if recovery_dir else None
         self.autosave_delay_ms = autosave_delay_ms  # None: the document's default (AUTOSAVE_DELAY_MS)
@@ -104,9 +110,13 @@ class MainWindow(QMainWindow):
         self._clipboard: list[commands.ClipNode] = []
         self._find_hits: list[NodeItem] = []
         self._find_index = -1
+        self.interactive = True  # False: errors go to the status bar and the log, never a modal box
+        self.ask_shapes: Callable[[str, list, dict], dict | None] = self._ask_shapes
+        self._shape_banner = False  # the banner offers the shape dialog (dynamic inputs, no shapes yet)
         self.ask_save: Callable[[], QMessageBox.StandardButton] = self._ask_save
         self.view = GraphView()
         self.canvas = _CanvasArea(self.view)
+        self.canvas.banner.linkActivated.connect(lambda _link: self.ask_for_shapes())
         self.setCentralWidget(self.canvas)
         self.palette = PalettePanel(self)
         self.inspector = InspectorPanel(self)
@@ -127,6 +137,7 @@ class MainWindow(QMainWindow):
         self.statusBar().addPermanentWidget(self.progress)
         self.statusBar().addPermanentWidget(self.zoom_label)
         self._build_actions()
+        self._select_target_box(self._initial_target(default_target))
         self.palette.op_activated.connect(self._on_palette_op_activated)
         self.diagnostics.node_activated.connect(self.reveal_node)
         self.pass_trace.node_activated.connect(self.reveal_node)
@@ -144,6 +155,7 @@ class MainWindow(QMainWindow):
             if isinstance(state, QByteArray):
                 self.restoreState(state)
         self._update_title()
+        install_help(self)  # issue 20: the docs/ pages offline and the shortcut list (the last menu)
 
     # -- actions and menus ---------------------------------------------------------------------
     def _action(self, text: str, slot: Callable[[], Any], shortcut: Any = None, menu=None) -> QAction:
@@ -188,6 +200,7 @@ class MainWindow(QMainWindow):
         self._action("Zoom &In", lambda: self.view.set_zoom(self.view.scale_factor() * 1.25), QKeySequence.StandardKey.ZoomIn, m)
         self._action("Zoom &Out", lambda: self.view.set_zoom(self.view.scale_factor() / 1.25), QKeySequence.StandardKey.ZoomOut, m)
         self.act_relayout = self._action("&Lay Out Again", self.relayout, "Ctrl+L", m)
+        self.act_shapes = self._action("Input &Shapes…", self.ask_for_shapes, "Ctrl+Shift+I", m)
         self.act_optimized = self._action("Show &Optimized Graph", self.toggle_optimized_view, "Ctrl+Shift+O", m)
         self.act_optimized.setCheckable(True)
         self.act_optimized.setEnabled(False)
@@ -200,7 +213,11 @@ class MainWindow(QMainWindow):
         tb.setObjectName("MainToolBar")
         tb.setMovable(False)
         self.addToolBar(tb)
-        for act in (self.act_open, self.act_save, self.act_undo, self.act_redo, self.act_fit, self.act_compile):
+        # The toolbar's Undo/Redo keep their width: the step they would undo is in the tooltip
+        # (the Edit menu's items carry it in their text).
+        self.tb_undo = self._action("Undo", self.undo)
+        self.tb_redo = self._action("Redo", self.redo)
+        for act in (self.act_open, self.act_save, self.tb_undo, self.tb_redo, self.act_fit, self.act_compile):
             tb.addAction(act)
         tb.addSeparator()
         tb.addWidget(QLabel(" Target "))
@@ -231,11 +248,14 @@ class MainWindow(QMainWindow):
         for act in (self.act_paste, self.act_delete):
             act.setEnabled(editable)
         stack = self.doc.undo_stack if self.doc is not None else None
-        self.act_undo.setEnabled(bool(stack and stack.canUndo() and editable))
-        self.act_redo.setEnabled(bool(stack and stack.canRedo() and editable))
-        if stack is not None:
-            self.act_undo.setText(f"&Undo {stack.undoText()}".rstrip())
-            self.act_redo.setText(f"&Redo {stack.redoText()}".rstrip())
+        for act, tb, can, text, word in ((self.act_undo, self.tb_undo, stack and stack.canUndo(),
+                                          stack.undoText() if stack else "", "Undo"),
+                                         (self.act_redo, self.tb_redo, stack and stack.canRedo(),
+                                          stack.redoText() if stack else "", "Redo")):
+            act.setEnabled(bool(can and editable))
+            tb.setEnabled(bool(can and editable))
+            act.setText(f"&{word} {text}".rstrip())
+            tb.setToolTip(f"{word} {text}".rstrip())
 
     # -- opening -------------------------------------------------------------------------------
     def open_dialog(self) -> None:
@@ -252,6 +272,8 @@ class MainWindow(QMainWindow):
         path = Path(path)
         if self._task is not None:
             self._task.cancel()
+        if shapes:
+            remember(self.settings, path, shapes)
         self._show_progress(0.0, f"opening {path.name}")
         task = Task(jobs.load_job, path, shapes, name="load")
         task.signals.progress.connect(self._show_progress)
@@ -280,6 +302,10 @@ class MainWindow(QMainWindow):
         self.settings.setValue("paths/last_dir", str((loaded.project_path or loaded.model_path).parent))
         self.statusBar().showMessage(f"opened {self.doc.title() if self.doc else ''}: {len(loaded.graph)} nodes "
                                      f"(read {loaded.seconds.get('load', 0):.2f} s, layout {loaded.seconds.get('layout', 0):.2f} s)", 8000)
+        self._shape_banner = bool(dynamic_inputs(loaded.graph)) and loaded.project is None
+        self._show_banner()
+        if self._shape_banner and self.interactive and self.isVisible():
+            self.ask_for_shapes()
 
     def _install_document(self, doc: Document, snapshot, layout) -> None:
         self.doc = doc
@@ -312,8 +338,42 @@ class MainWindow(QMainWindow):
         if old is not None:
             old.detach()
             old.deleteLater()
-        self.canvas.banner.setVisible(scene.read_only)
+        self._show_banner()
         scene.populate(snapshot, layout)
+
+    def _show_banner(self) -> None:
+        """The banner over the canvas: the read-only optimized view, or the offer to set the
+        shapes of a model with dynamic inputs (which stays open, unplaced, until they are set)."""
+        banner, scene = self.canvas.banner, self.scene
+        if scene is not None and scene.read_only:
+            banner.show()
+        elif self._shape_banner and self.doc is not None:
+            names = ", ".join(n for n, _ in dynamic_inputs(self.doc.graph))
+            banner.setText(f"This model has dynamic input dimensions ({names}): it cannot be placed or simulated "
+                           "until they are fixed. <a href='shapes'>Set input shapes…</a>")
+            banner.show()
+        else:
+            banner.hide()
+
+    def ask_for_shapes(self) -> bool:
+        """Ask for the shapes of the open model's dynamic inputs and reopen it with them."""
+        doc = self.doc
+        if doc is None or doc.model_path is None:
+            return False
+        inputs = dynamic_inputs(doc.graph)
+        if not inputs:
+            self.statusBar().showMessage("every input of this model has a fixed shape", 6000)
+            return False
+        shapes = self.ask_shapes(doc.model_path.name, inputs, remembered(self.settings, doc.model_path))
+        if not shapes:
+            self._show_banner()
+            return False
+        self.open_path(doc.model_path, target=doc.target_name, shapes=shapes)
+        return True
+
+    def _ask_shapes(self, name: str, inputs: list, last: dict) -> dict | None:
+        dlg = ShapeDialog(name, inputs, last, self)
+        return dlg.shapes() if dlg.exec() == ShapeDialog.DialogCode.Accepted else None
 
     def _on_scene_populated(self) -> None:
         self._hide_progress()
@@ -322,8 +382,20 @@ class MainWindow(QMainWindow):
             # Once the first frame is up: its clone of the graph should not add to that frame.
             self.doc.request_analysis(reinfer=self.doc.is_dirty, delay_ms=FIRST_ANALYSIS_DELAY_MS)
             settle_heap()
+        self._restore_positions()
         self.canvas.minimap.schedule_rebuild()
         self.document_shown.emit()
+
+    def _restore_positions(self) -> None:
+        """A project saved node positions: put the nodes back where they were (once per document)."""
+        doc, sc = self.doc, self.scene
+        saved = doc.project.extra.get(POSITIONS_KEY) if doc is not None else None
+        if sc is None or doc is None or sc.read_only or not isinstance(saved, dict) or doc.positions_restored:
+            return
+        doc.positions_restored = True
+        by_name = {n.name: n for n in doc.graph.nodes}
+        sc.apply_positions({id(by_name[k]): QPointF(float(v[0]), float(v[1])) for k, v in saved.items()
+                            if k in by_name and isinstance(v, list) and len(v) == 2})
 
     def _on_message(self, message: str) -> None:
         self.statusBar().showMessage(message, 8000)
@@ -338,7 +410,10 @@ class MainWindow(QMainWindow):
         self._task = None
         self._hide_progress()
         self.statusBar().showMessage(message, 15000)
-        QMessageBox.warning(self, "NPU Studio", message) if self.isVisible() else log.warning("%s", message)
+        if self.interactive and self.isVisible():
+            QMessageBox.warning(self, "NPU Studio", message)
+        else:  # a screenshot or a script reports it: a modal box would wait for a click forever
+            log.info("%s", message)
 
     # -- progress ------------------------------------------------------------------------------
     def _show_progress(self, fraction: float, text: str = "") -> None:
@@ -364,6 +439,8 @@ class MainWindow(QMainWindow):
                 counts["error"] = counts.get("error", 0) + 1
         counts["group"] = sum(1 for n in doc.graph.nodes if n.meta.get("provenance") and n.meta["provenance"] != [n.name])
         self.canvas.legend.set_counts(counts)
+        source = "failed" if doc.compile_blocked else doc.placement_source
+        self.canvas.legend.set_source(placement.SOURCE_LABELS.get(source, "") if doc.target else "")
         self.canvas.minimap.schedule_rebuild()
 
     def _current_target(self) -> str | None:
@@ -378,7 +455,18 @@ class MainWindow(QMainWindow):
         self.target_box.setCurrentIndex(max(idx, 0))
         self.target_box.blockSignals(False)
 
+    def _initial_target(self, default: str | None) -> str | None:
+        """The target a model opens with: the last one chosen (even "(none)"), else ``default``."""
+        last = self.settings.value("target/last")
+        if last is None:
+            return default
+        last = str(last)
+        if not last:
+            return None
+        return last if self.target_box.findData(last) >= 0 else default
+
     def _on_target_changed(self, _index: int) -> None:
+        self.settings.setValue("target/last", self._current_target() or "")
         if self.doc is not None:
             self.doc.set_target(self._current_target())
 
@@ -613,6 +701,9 @@ class MainWindow(QMainWindow):
 
     def _save_to(self, path: Path) -> bool:
         assert self.doc is not None
+        if self.scene is not None and not self.scene.read_only:  # the project keeps the canvas layout
+            self.doc.project.extra[POSITIONS_KEY] = {it.node.name: [round(it.pos().x(), 1), round(it.pos().y(), 1)]
+                                                     for it in self.scene.node_items.values()}
         try:
             self.doc.save(path)
         except (ValueError, OSError) as exc:
@@ -662,25 +753,14 @@ class MainWindow(QMainWindow):
 
     # -- recent files and recovery ------------------------------------------------------------
     def recent_files(self) -> list[str]:
-        value = self.settings.value("recent/files", [])
-        if isinstance(value, str):
-            value = [value]
-        return [str(v) for v in (value or [])]
+        return recent.recent_files(self.settings)
 
     def _add_recent(self, path: Path) -> None:
-        p = str(Path(path).resolve())
-        files = [p] + [f for f in self.recent_files() if f != p]
-        self.settings.setValue("recent/files", files[:MAX_RECENT])
+        recent.add_recent(self.settings, path)
         self._update_recent_menu()
 
     def _update_recent_menu(self) -> None:
-        self.recent_menu.clear()
-        files = self.recent_files()
-        for f in files:
-            act = self.recent_menu.addAction(Path(f).name)
-            act.setToolTip(f)
-            act.triggered.connect(lambda _=False, p=f: self.maybe_save() and self.open_path(p))
-        self.recent_menu.setEnabled(bool(files))
+        recent.fill_menu(self.recent_menu, self.settings, lambda p: self.maybe_save() and self.open_path(p))
 
     def offer_recovery(self, ask: Callable[[Path, dict], bool] | None = None) -> bool:
         """If a previous session crashed with unsaved changes, offer to restore them."""
@@ -714,14 +794,3 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(title)
         self._update_actions()
 
-
-def _preload_engine() -> None:
-    """Import the engine modules the workers use, once, on the GUI thread at start-up: a
-    first import inside a worker compiles bytecode while holding the GIL (a GUI stall)."""
-    import importlib
-
-    for name in ("engine.passes.pipeline", "engine.place.partition", "engine.hw.target", "engine.ir.clone"):
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            log.debug("optional engine module %s is not available", name)

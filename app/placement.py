@@ -19,6 +19,9 @@ from engine.ir.graph import Graph
 log = logging.getLogger(__name__)
 
 DEVICES = ("npu", "cpu")
+# What the legend calls each placement the canvas can show (Document.placement_source).
+SOURCE_LABELS = {"compiled": "Compiled placement:", "edited": "Edited graph (compiling…):",
+                 "failed": "Edited graph (compile failed):"}
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ GUI is editing (give them a clone or a snapshot).
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import sys
@@ -24,14 +23,6 @@ from engine.errors import ExecutionError, InputError, ModelError
 
 log = logging.getLogger(__name__)
 _EXPECTED = (ModelError, InputError, ExecutionError, ValueError, OSError)
-# Workers share the GIL with the GUI thread. Python hands the GIL over only every "switch
-# interval" (5 ms by default), and PySide releases it around most Qt calls, so a GUI thread
-# painting many items can wait 5 ms per call while a worker computes. 1 ms keeps the GUI
-# responsive at a small cost in worker throughput.
-GUI_SWITCH_INTERVAL = 0.001
-sys.setswitchinterval(min(sys.getswitchinterval(), GUI_SWITCH_INTERVAL))
-
-
 WORKER_NICENESS = int(os.environ.get("NPU_STUDIO_WORKER_NICE", "5"))
 
 
@@ -48,44 +39,6 @@ def _lower_priority() -> None:
                 os.setpriority(os.PRIO_PROCESS, tid, WORKER_NICENESS)
         except OSError:
             pass
-
-
-_gc_lock = threading.Lock()
-_gc_holds = 0
-
-
-def hold_gc() -> None:
-    """Pause automatic cyclic collections while a model is read and its items are made: each
-    full collection would visit the growing graph again (a GIL-holding pause that grows with
-    the model). Pair with ``release_gc``; nested holds are counted."""
-    global _gc_holds
-    with _gc_lock:
-        _gc_holds += 1
-        gc.disable()
-
-
-def release_gc() -> None:
-    """End a ``hold_gc``; collections resume when no hold is left."""
-    global _gc_holds
-    with _gc_lock:
-        _gc_holds = max(0, _gc_holds - 1)
-        if _gc_holds == 0:
-            gc.enable()
-
-
-def settle_heap() -> None:
-    """A document is on screen: move every object alive now out of the cyclic GC's reach.
-
-    A full (generation 2) collection visits every tracked object, and an open model is
-    hundreds of thousands of them (nodes, values, items, wrappers): left in place, each such
-    collection stalls the GUI thread for 0.1-1 s at a random moment. Frozen, they are not
-    visited until ``release_heap``."""
-    gc.freeze()
-
-
-def release_heap() -> None:
-    """A document closed: its objects (and everything else frozen) become collectable again."""
-    gc.unfreeze()
 
 
 class Cancelled(Exception):
@@ -145,6 +98,8 @@ class Task(QRunnable):
         self.control = TaskControl(self.signals)
         self.done = threading.Event()
         self.result: Any = None  # set before ``finished`` is emitted (and ``done`` is set)
+        self.error: str | None = None  # the one-line message of ``failed``, set before ``done``
+        self.internal_error = False  # True when ``error`` is a bug of ours, not the user's input
 
     def run(self) -> None:
         _lower_priority()
@@ -154,10 +109,13 @@ class Task(QRunnable):
         except Cancelled:
             self.signals.cancelled.emit()
         except _EXPECTED as exc:
-            self.signals.failed.emit(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            self.error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            self.signals.failed.emit(self.error)
         except Exception as exc:  # report, never kill the GUI
             log.error("%s failed:\n%s", self.name, traceback.format_exc())
-            self.signals.failed.emit(f"internal error in {self.name}: {type(exc).__name__}: {exc}")
+            self.internal_error = True
+            self.error = f"internal error in {self.name}: {type(exc).__name__}: {exc}"
+            self.signals.failed.emit(self.error)
         else:
             if self.control.cancelled():
                 self.signals.cancelled.emit()

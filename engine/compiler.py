@@ -99,14 +99,36 @@ def optimize_graph(graph: Graph, disabled: tuple[str, ...] = ()) -> tuple[Graph,
     return res.graph, res.trace, list(res.diagnostics)
 
 
+def quant_config_for(quant: QuantConfig, target: Any) -> QuantConfig:
+    """The QuantConfig a compile for ``target`` uses: int8 (the default) follows the target's
+    integer precision (uint8, int16); any other explicit dtype is kept; a target that exports
+    TFLite gets the TFLite int8 scheme (per-channel, asymmetric activations, int8)."""
+    if target.npu.precision in INTEGER_PRECISIONS and target.npu.precision != quant.dtype and quant.dtype == "int8":
+        quant = dataclasses.replace(quant, dtype=target.npu.precision)
+    if target.exports_tflite():  # what the TFLite int8 spec requires (engine/quant/tflite_spec.py)
+        from engine.quant.config import TFLITE_ONLY_OPS
+
+        quant = dataclasses.replace(quant, tflite=True, per_channel=True, symmetric=False, dtype="int8",
+                                    ops=quant.ops | TFLITE_ONLY_OPS)
+    return quant
+
+
 def compile_model(graph: Graph, target: Any, calibration: CalibrationSet | None = None,
                   options: CompileOptions | None = None, progress: Progress | None = None,
-                  cancel: Callable[[], bool] | None = None) -> CompileResult:
-    """Compile ``graph`` for ``target`` (a HardwareTarget, bundled name or YAML path)."""
+                  cancel: Callable[[], bool] | None = None, *, calibration_stats: Any = None,
+                  histograms: bool | None = None, reuse: CompileResult | None = None) -> CompileResult:
+    """Compile ``graph`` for ``target`` (a HardwareTarget, bundled name or YAML path).
+
+    What a caller already knows is passed in rather than recomputed (the editor recompiles
+    after every edit): ``calibration_stats``, the ``Calibration`` of an earlier compile of the
+    same graph with the same passes and data, skips observing the samples; ``histograms=True``
+    keeps per-tensor histograms whatever the method (for range views); ``reuse``, an earlier
+    result of the same graph and options except ``pins`` (and the target's timing), keeps its
+    optimized graph, quantization and diagnostics and only simulates again.
+    """
     from engine.hw.target import resolve_target
     from engine.quant.api import quantize
-    from engine.quant.calibrate import Cancelled
-    from engine.sim.timeline import SimOptions, simulate
+    from engine.quant.calibrate import Cancelled, calibrate
 
     options = options or CompileOptions()
     target = resolve_target(target)
@@ -125,6 +147,11 @@ def compile_model(graph: Graph, target: Any, calibration: CalibrationSet | None 
             raise Cancelled(f"compile cancelled during {name}")
         if progress is not None:
             progress(name, done, total)
+
+    if reuse is not None:
+        result = CompileResult(graph, reuse.optimized, target, options, list(reuse.optimize_trace), quant=reuse.quant,
+                               calibration_source=reuse.calibration_source, diagnostics=list(reuse.diagnostics))
+        return _simulate(result, step)
 
     tflite = target.exports_tflite()
     disabled = tuple(options.disabled_passes)
@@ -159,17 +186,14 @@ def compile_model(graph: Graph, target: Any, calibration: CalibrationSet | None 
                 WARNING, None, "synthetic-calibration",
                 f"quantized with {options.synthetic_samples} synthetic random samples, not real data: "
                 "scales and the error figures do not reflect real inputs"))
-        quant = options.quant
-        if target.npu.precision != quant.dtype and quant.dtype == "int8":
-            quant = dataclasses.replace(quant, dtype=target.npu.precision)
-        if tflite:
-            from engine.quant.config import TFLITE_ONLY_OPS
-
-            quant = dataclasses.replace(quant, tflite=True, per_channel=True, symmetric=False, dtype="int8",
-                                        ops=quant.ops | TFLITE_ONLY_OPS)
+        quant = quant_config_for(options.quant, target)
         try:
+            stats = calibration_stats
+            if stats is None and histograms:
+                stats = calibrate(optimized, data, quant, histograms=True,
+                                  progress=lambda done, total: step("calibrate", done, total), cancel=cancel)
             result.quant = quantize(optimized, data, quant, analysis_samples=options.analysis_samples,
-                                    progress=step, cancel=cancel)
+                                    calibration=stats, progress=step, cancel=cancel)
             result.diagnostics.extend(result.quant.diagnostics)
         except ValueError as exc:
             if "nothing to quantize" not in str(exc):
@@ -205,9 +229,16 @@ def compile_model(graph: Graph, target: Any, calibration: CalibrationSet | None 
         result.diagnostics.append(Diagnostic(
             INFO, None, "float-target", f"target {target.name!r} runs {target.npu.precision}: no QDQ model"))
 
+    return _simulate(result, step)
+
+
+def _simulate(result: CompileResult, step: Progress) -> CompileResult:
+    from engine.sim.timeline import SimOptions, simulate
+
     step("simulate", 0, 1)
     # The quantized model's per-node precisions (int16 raises, float layers) price each op.
     precisions = dict(result.quant.model.node_precision) if result.quant is not None else None
-    result.sim = simulate(optimized, target, SimOptions(pins=dict(options.pins) or None, precisions=precisions))
+    result.sim = simulate(result.optimized, result.target,
+                          SimOptions(pins=dict(result.options.pins) or None, precisions=precisions))
     step("simulate", 1, 1)
     return result

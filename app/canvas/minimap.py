@@ -123,6 +123,9 @@ class LegendWidget(QFrame):
         lay.setContentsMargins(8, 4, 8, 4)
         lay.setSpacing(10)
         self.labels: dict[str, QLabel] = {}
+        self.source = QLabel("")  # whose placement the colours show: the compile's or the edited graph's
+        self.source.setStyleSheet("font-weight: 600;")
+        lay.addWidget(self.source)
         entries = [(k, style.PLACEMENT_COLORS[k][0], style.PLACEMENT_LABELS[k]) for k in ("npu", "cpu", "unplaced")]
         entries += [("error", style.ERROR, "problem"), ("group", style.GROUP_FRAME, "fused group")]
         for key, color, text in entries:
@@ -133,6 +136,12 @@ class LegendWidget(QFrame):
             self.labels[key] = label
             lay.addWidget(swatch)
             lay.addWidget(label)
+        self.adjustSize()
+
+    def set_source(self, text: str) -> None:
+        """Name the placement the colours show (e.g. "compiled" or "edited graph")."""
+        self.source.setText(text)
+        self.source.setVisible(bool(text))
         self.adjustSize()
 
     def set_counts(self, counts: dict[str, int]) -> None:

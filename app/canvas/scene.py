@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal
+from PySide6.QtCore import QLineF, QPointF, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QPainterPath, QPen
 from PySide6.QtWidgets import (
     QGraphicsItem,
@@ -31,7 +31,7 @@ from app.canvas.overview_item import OverviewItem
 from app.canvas.port_item import PortItem
 from app.canvas.snapshot import GraphSnapshot
 from app.placement import NodeStatus
-from app.workers import hold_gc, release_gc
+from app.runtime import collections_paused
 from engine.ir.events import (
     EdgeChanged,
     GraphEvent,
@@ -52,6 +52,8 @@ OVERVIEW_SCALE = 0.28  # zoomed out beyond this, large graphs are drawn by the o
 SLICE_SECONDS = 0.015  # GUI time per chunk of item creation (other work shares the GIL)
 _UNPLACED = NodeStatus()
 
+
+PORT_SNAP = 12.0  # scene units around the drop point searched for an input port
 
 class GraphScene(QGraphicsScene):
     """Items of one graph; see the module docstring."""
@@ -182,13 +184,10 @@ class GraphScene(QGraphicsScene):
 
     @staticmethod
     def _guarded(steps: Iterator[None]) -> Iterator[None]:
-        # No cyclic collections while tens of thousands of items appear (see workers.hold_gc);
-        # the generator's finally also runs when an unfinished populate is dropped.
-        hold_gc()
-        try:
+        # No cyclic collections while tens of thousands of items appear (app/runtime.py); the
+        # generator's context also ends when an unfinished populate is dropped.
+        with collections_paused():
             yield from steps
-        finally:
-            release_gc()
 
     @property
     def is_populating(self) -> bool:
@@ -480,20 +479,32 @@ class GraphScene(QGraphicsScene):
         self.removeItem(path_item)
         target = self.input_port_at(pos)
         if target is None:
+            self.message.emit("not connected: drop the wire on an input port or on a node")
             return
         node_item, index = target
         value = port.owner.node.output(port.index) if isinstance(port.owner, NodeItem) else port.owner.value  # type: ignore[attr-defined]
         if value is None:
+            self.message.emit("not connected: that output produces no value")
             return
-        why = commands.connect(self.doc, value, node_item.node, index)
+        if node_item.node.input(index) is value:
+            self.message.emit(f"{value.name} is already connected to {node_item.node.name} input {index}")
+            return
+        old = node_item.node.input(index)
+        why = commands.connect(self.doc, value, node_item.node, index)  # replaces an existing edge
         if why:
-            self.message.emit(why)
+            self.message.emit(f"not connected: {why}")
+        elif old is not None:
+            self.message.emit(f"{node_item.node.name} input {index}: {old.name} replaced by {value.name}")
 
     def input_port_at(self, pos: QPointF) -> tuple[NodeItem, int] | None:
-        """The node input under ``pos``: an input port, or the nearest free input of a node."""
-        for it in self.items(pos):
-            if isinstance(it, PortItem) and it.is_input and isinstance(it.owner, NodeItem):
-                return it.owner, it.index
+        """The node input under ``pos``: the nearest input port within PORT_SNAP pixels (an
+        occupied port too: the drop replaces its edge), or the nearest free input of a node."""
+        snap = PORT_SNAP
+        near = [it for it in self.items(QRectF(pos.x() - snap, pos.y() - snap, 2 * snap, 2 * snap))
+                if isinstance(it, PortItem) and it.is_input and isinstance(it.owner, NodeItem)]
+        if near:
+            best = min(near, key=lambda it: QLineF(it.sceneBoundingRect().center(), pos).length())
+            return best.owner, best.index
         for it in self.items(pos):
             if isinstance(it, NodeItem):
                 local = it.mapFromScene(pos)

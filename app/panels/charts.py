@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app import quality
 from app.panels.chart_base import (
     CPU,
     NPU,
@@ -281,7 +282,7 @@ class ChartsPanel(QDockWidget):
         else:
             self.quant.set_title(
                 f"<b>Quantization error per layer</b>, worst first ({q.config.method}, {q.config.dtype}, "
-                f"{q.analysis.samples if q.analysis else 0} samples): strong bar = accumulated (the quantized "
+                f"{quality.samples_phrase(res, q.analysis.samples if q.analysis else 0)}): strong bar = accumulated (the quantized "
                 "model end to end), light bar = isolated (only this layer quantized)")
 
     def _on_quant_metric_changed(self, _index: int) -> None:
@@ -301,6 +302,10 @@ class ChartsPanel(QDockWidget):
         if state == "failed":
             text = f"⚠ {message}" + (" — the charts show the last compiled result" if self.result is not None else "")
             css = "background:#fdecea; color:#8a1f11; padding:2px 6px;"
+        elif state == "running" and self.result is not None:
+            # The charts keep the last compile's numbers until the new one lands: say so over them.
+            text, css = ("stale, recomputing: the charts show the compile before the last change",
+                         "background:#fff4d6; color:#6b4e00; padding:2px 6px;")
         elif state == "running":
             text, css = "compiling…", "color:#5d6575; padding:2px 6px;"
         else:

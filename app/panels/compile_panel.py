@@ -5,6 +5,7 @@ cancel button. Widgets keep no settings of their own: they are refreshed from th
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,8 @@ def _floats(text: str) -> tuple[float, ...]:
     parts = [p for p in text.replace(";", ",").split(",") if p.strip()]
     return tuple(float(p) for p in parts)
 
+
+STATE_CHARS = 60  # of the state message that fit the panel's two lines
 
 class CompilePanel(QDockWidget):
     """See the module docstring."""
@@ -311,7 +314,10 @@ class CompilePanel(QDockWidget):
         if not running:
             self.progress.setValue(0)
         color = {"failed": "#c0392b", "ready": "#12877a"}.get(state, "#5d6575")
-        self.state.setText(f"<span style='color:{color}'><b>{state}</b></span> · {message}")
+        # Two fixed lines (no relayout per state): a long message is cut there, whole in the tooltip.
+        short = message if len(message) <= STATE_CHARS else message[:STATE_CHARS - 1].rstrip() + "…"
+        self.state.setText(f"<span style='color:{color}'><b>{state}</b></span> · {html.escape(short)}")
+        self.state.setToolTip(message)
 
     def _on_progress(self, fraction: float, text: str) -> None:
         self.progress.setValue(int(1000 * max(0.0, min(1.0, fraction))))

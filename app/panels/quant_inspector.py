@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import style
+from app import quality, style
 from app.analysis_jobs import THRESHOLD_METHODS, op_tensors, tensor_view_job
 from app.panels.chart_base import (
     CPU_LIGHT,
@@ -80,6 +80,7 @@ class QuantInspectorPanel(QDockWidget):
         self._view_timer.timeout.connect(self._start_view)
         self._task: Task | None = None
         self.last_preview: Any = None
+        self._applied_at: tuple | None = None  # (undo stack, its index) after Apply pin
         body = QWidget()
         lay = QVBoxLayout(body)
         lay.setContentsMargins(6, 6, 6, 6)
@@ -178,6 +179,11 @@ class QuantInspectorPanel(QDockWidget):
         self.hist.setMinimumHeight(180)
         hi = self.hist.getPlotItem()
         hi.setLabel("bottom", "value")
+        # Counts are never negative: the wheel zooms the value axis only, the count axis follows
+        # the data; the "A" button (pyqtgraph's auto-range) brings the value axis back.
+        hi.getViewBox().setMouseEnabled(x=True, y=False)
+        hi.getViewBox().setLimits(yMin=0)
+        hi.showButtons()
         lay.addWidget(self.hist)
         self.hist_note = QLabel()
         self.hist_note.setWordWrap(True)
@@ -306,7 +312,7 @@ class QuantInspectorPanel(QDockWidget):
             for kind, vals in self.figures.items():
                 for key in FIGURE_KEYS:
                     self.figure_labels[(kind, key)].setText(f"{vals[key]:g}")
-            self.errors_note.setText(f"on {q.analysis.samples} calibration samples")
+            self.errors_note.setText(f"on {quality.samples_phrase(res, q.analysis.samples)}")
             self.errors_note.setToolTip("accumulated: the quantized model run end to end (this layer's error includes "
                                         "everything upstream); isolated: only this layer quantized")
 
@@ -361,6 +367,7 @@ class QuantInspectorPanel(QDockWidget):
             pen = pg.mkPen(_THRESHOLD_COLORS[m], width=1.6, style=_THRESHOLD_PENS[m])
             hi.plot([lo, lo, np.nan, hi_, hi_], [0, top * 1.05, np.nan, 0, top * 1.05], pen=pen, connect="finite")
         hi.setYRange(0, top * 1.12 or 1.0, padding=0)
+        hi.getViewBox().enableAutoRange(axis="x")  # a new tensor or method shows its whole histogram
         npu = style.PLACEMENT_COLORS["npu"][0].name()
         legend = [f"<span style='color:{npu}'>■</span> FP32"]
         if view.quantized is not None:
@@ -379,13 +386,32 @@ class QuantInspectorPanel(QDockWidget):
         tensor = self.tensor_box.currentData()
         if ctl is None or tensor is None:
             return
-        self.hist_note.setText(f"recompiling with {self.method_box.currentData()} for {tensor}…")
-        ctl.set_tensor_method(tensor, self.method_box.currentData())
+        method = self.method_box.currentData()
+        old = ctl.settings.quant.method_overrides.get(tensor)
+        if (old or ctl.settings.quant.method) == method:
+            return  # the method it already has: no override, nothing to undo
+        self.hist_note.setText(f"recompiling with {method} for {tensor}… (Edit > Undo takes it back)")
+        if ctl.doc is not None:
+            from app.commands import SetTensorMethodCommand
+
+            ctl.doc.push(SetTensorMethodCommand(ctl, tensor, method, old))
+        else:
+            ctl.set_tensor_method(tensor, method)
 
     @property
     def histogram_pending(self) -> bool:
         """True while the histogram of the shown tensor is being computed."""
         return self._task is not None or self._view_timer.isActive()
+
+    def _on_undo_index_changed(self, index: int) -> None:
+        """An applied pin was undone: the what-if box must not keep saying "applied"."""
+        applied = self._applied_at
+        if applied is None or index >= applied[1]:
+            return
+        self._applied_at = None
+        self.last_preview = None
+        self.preview.setText("The pin was undone. Pick an op and a device to predict again.")
+        self.apply_button.setEnabled(False)
 
     def choose_method(self, method: str) -> None:
         """Switch the shown tensor's calibration method (what picking it in the box does)."""
@@ -432,7 +458,11 @@ class QuantInspectorPanel(QDockWidget):
         pv = self.last_preview
         if ctl is None or pv is None:
             return
+        stack = ctl.doc.undo_stack if ctl.doc is not None else None
         if ctl.apply_pin(pv.ops, pv.device):
             self.preview.setText(self.preview.text() + f"<br><span style='color:{GHOST.name()}'>applied; the charts "
                                  "compare before and after until the next edit</span>")
+            if stack is not None:
+                self._applied_at = (stack, stack.index())
+                stack.indexChanged.connect(self._on_undo_index_changed, Qt.ConnectionType.UniqueConnection)
         self.apply_button.setEnabled(False)

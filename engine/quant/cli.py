@@ -192,8 +192,9 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("quantize", help="calibrate on real data and write a QDQ model")
     add_model_args(p)
     add_calib_args(p, required=True)
-    p.add_argument("-o", "--output", required=True, metavar="OUT.onnx")
-    p.add_argument("--method", choices=("minmax", "percentile", "entropy", "mse"), default="minmax")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.onnx", help="where to write the QDQ model")
+    p.add_argument("--method", choices=("minmax", "percentile", "entropy", "mse"), default="minmax",
+                   help="how activation ranges are chosen from the calibration data")
     p.add_argument("--per-channel", action="store_true", help="per-output-channel weight scales")
     p.add_argument("--symmetric", action="store_true", help="symmetric activations (zero point 0)")
     p.add_argument("--dtype", choices=("int8", "uint8", "int16"), default="int8", help="activation type")

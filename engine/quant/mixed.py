@@ -84,6 +84,23 @@ def output_quality(graph: Graph, data: CalibrationSet, config: QuantConfig, cali
     return _worst(analyze(graph, qm, data, samples, outputs_only=True).outputs)
 
 
+def candidate_gains(graph: Graph, data: CalibrationSet, config: QuantConfig, calibration: Calibration,
+                    nodes: list[str], precision: str = "int16", samples: int = 8,
+                    latency_cost: LatencyCost | None = None, base_sqnr_db: float | None = None,
+                    progress: Callable[[int, int, str], None] | None = None) -> list[Candidate]:
+    """For each node, the output SQNR gained by raising it alone to ``precision``.
+
+    ``base_sqnr_db``: the output SQNR of ``config`` when the caller measured it already;
+    ``progress(done, total, node)`` is called before each node (it may raise to stop)."""
+    base = base_sqnr_db if base_sqnr_db is not None else output_quality(graph, data, config, calibration, samples)[0]
+    out = []
+    for k, n in enumerate(nodes):
+        if progress is not None:
+            progress(k, len(nodes), n)
+        sq, _ = output_quality(graph, data, config.with_precision(n, precision), calibration, samples)
+        out.append(Candidate(n, precision, sq - base, latency_cost(n, precision) if latency_cost else None))
+    return out
+
 
 def auto_mixed_precision(graph: Graph, data: CalibrationSet, config: QuantConfig, calibration: Calibration,
                          ranking: list[str], target_sqnr_db: float | None = None,

@@ -47,12 +47,15 @@ def chain_model(n: int, width: int = 4) -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def open_window(qtbot, path: Path, settings, recovery_dir: Path, target=None):
+def open_window(qtbot, path: Path, settings, recovery_dir: Path, target=None, default_target=None):
+    """A shown main window with ``path`` open. Without a ``target`` the model opens on
+    ``default_target`` (None here: unplaced, unlike the application's first run)."""
     from PySide6.QtWidgets import QMessageBox
 
     from app.main_window import MainWindow
 
-    win = MainWindow(settings=settings, recovery_dir=recovery_dir, restore_state=False)
+    win = MainWindow(settings=settings, recovery_dir=recovery_dir, restore_state=False,
+                     default_target=default_target)
     qtbot.addWidget(win)
     win.resize(1200, 800)
     win.show()

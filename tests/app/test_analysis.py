@@ -296,3 +296,54 @@ def test_export_writes_the_bundle_of_npu_studio_compile_with_the_same_settings(q
     assert gui["files"] == cli["files"]
     assert gui == cli
     assert sorted(p.name for p in Path(tmp_path / "gui").iterdir()) == sorted(p.name for p in (tmp_path / "cli").iterdir())
+
+
+# -- issue 17 (4, 7): no silent settings, no stale "applied" --------------------------------------
+def test_choosing_a_tensors_method_is_one_undo_step_that_undo_takes_back(mobilenet):
+    win, dock = mobilenet
+    ctl, panel = dock.controller, dock.op_panel
+    op = _quantized_op_with_output(ctl.current)
+    dock.select_op(op)
+    tensor = panel.tensor_box.currentData()
+    stack = win.doc.undo_stack
+    steps = stack.index()
+    panel.choose_method(ctl.settings.quant.method)  # the method it has: no override, no step
+    assert stack.index() == steps and ctl.settings.quant.method_overrides == {}
+    panel.choose_method("entropy")
+    assert stack.index() == steps + 1 and "entropy" in stack.undoText()
+    res = _next_result(dock, ctl.current)
+    assert res.quant.config.method_overrides == {tensor: "entropy"}
+    win.undo()
+    assert ctl.settings.quant.method_overrides == {}
+    _next_result(dock, res)
+
+
+def test_wheel_over_the_histogram_never_shows_negative_counts(mobilenet):
+    from PySide6.QtCore import QPointF
+
+    _win, dock = mobilenet
+    panel = dock.op_panel
+    dock.select_op(_quantized_op_with_output(dock.controller.current))
+    wait_for(lambda: panel.view is not None, 30, "the histogram")
+    vb = panel.hist.getPlotItem().getViewBox()
+    before_y = vb.viewRange()[1]
+    vb.scaleBy(s=(4.0, 4.0), center=QPointF(0, 0))  # what wheel-zooming out does
+    assert vb.state["mouseEnabled"] == [True, False]
+    assert vb.viewRange()[1][0] >= 0  # the limit holds the count axis at zero
+    assert before_y[0] >= 0
+
+
+def test_undoing_an_applied_pin_clears_applied_from_the_what_if_box(transformer):
+    win, dock = transformer
+    ctl, panel = dock.controller, dock.op_panel
+    before = ctl.current
+    op = next(o.node for o in before.sim.ops if o.device == "cpu" and "island" in (o.fallback_reason or ""))
+    dock.select_op(op)
+    panel.pin_buttons["npu"].click()
+    wait_for(lambda: panel.apply_button.isEnabled(), 30, "the what-if prediction")
+    panel.apply_button.click()
+    assert "applied" in panel.preview.text()
+    after = _next_result(dock, before)
+    win.undo()
+    assert "applied" not in panel.preview.text() and "undone" in panel.preview.text()
+    _next_result(dock, after)

@@ -139,7 +139,7 @@ def test_restore_is_offered_after_a_crash(window, qtbot, settings, recovery_dir)
     window.close()
     from app.main_window import MainWindow
 
-    win = MainWindow(settings=settings, recovery_dir=recovery_dir, restore_state=False)
+    win = MainWindow(settings=settings, recovery_dir=recovery_dir, restore_state=False, default_target=None)
     qtbot.addWidget(win)
     asked = []
     with qtbot.waitSignal(win.document_shown, timeout=20000):

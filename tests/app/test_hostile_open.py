@@ -41,7 +41,7 @@ def editor(qapp, tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("editor")
     settings = QSettings(str(tmp / "settings.ini"), QSettings.Format.IniFormat)
-    win = MainWindow(settings=settings, recovery_dir=tmp / "recovery", restore_state=False)
+    win = MainWindow(settings=settings, recovery_dir=tmp / "recovery", restore_state=False, default_target=None)
     win.resize(1200, 800)
     win.show()
     win.shown_count = 0

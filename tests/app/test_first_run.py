@@ -1,0 +1,194 @@
+"""Issue 17 and #18 (2): the editor opens placed on a default target, one owner decides what the
+canvas shows, a model that cannot load ends ``gui --screenshot`` at once, and a clean quit leaves
+no recovery prompt."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+from PySide6.QtCore import QSettings
+
+from tests.app._helpers import close_window, item_of, open_window, residual_cnn
+from tests.app.analysis_support import wait_for
+from tests.models import ROOT
+
+pytestmark = pytest.mark.gui
+
+
+def _unloadable_model(path: Path) -> Path:
+    """A model file the loader refuses (a node reads a tensor nothing defines)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 8])
+    g = helper.make_graph([helper.make_node("Add", ["x", "nowhere"], ["y"])], "broken", [x], [y])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_screenshot_of_a_model_that_cannot_load_exits_2_with_one_error_line(tmp_path):
+    """It used to wait forever on a warning box nobody could click (and could miss the failure)."""
+    model = _unloadable_model(tmp_path / "broken.onnx")
+    shot = tmp_path / "shot.png"
+    env = {"QT_QPA_PLATFORM": "offscreen", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    t0 = time.monotonic()
+    res = subprocess.run([sys.executable, "-m", "engine", "gui", str(model), "--screenshot", str(shot)],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    seconds = time.monotonic() - t0
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("error:") and "broken.onnx" in lines[0]
+    assert not shot.exists()
+    assert seconds < 30  # the brief's bar is 10 s on an idle machine; a hang is 60 s and fails above
+
+
+def _window(qtbot, tmp_path: Path, **kw):
+    from app.main_window import MainWindow
+
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    win = MainWindow(settings=settings, recovery_dir=tmp_path / "recovery", restore_state=False, **kw)
+    qtbot.addWidget(win)
+    return win, settings
+
+
+def test_first_run_opens_on_phone_npu_and_the_last_target_after(qtbot, tmp_path):
+    win, _ = _window(qtbot, tmp_path)
+    assert win.target_box.currentData() == "phone-npu"
+    win.target_box.setCurrentIndex(win.target_box.findData("ethos-u55"))
+    win.close()
+    again, _ = _window(qtbot, tmp_path)
+    assert again.target_box.currentData() == "ethos-u55"
+    again.target_box.setCurrentIndex(0)  # "(none)" is a choice too, remembered as such
+    again.close()
+    third, _ = _window(qtbot, tmp_path)
+    assert third.target_box.currentData() is None
+    third.close()
+
+
+@pytest.fixture
+def placed_window(qtbot, tmp_path):
+    model = tmp_path / "residual.onnx"
+    onnx.save(residual_cnn(), model)
+    settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+    win = open_window(qtbot, model, settings, tmp_path / "recovery", default_target="phone-npu")
+    ctl = win.analysis.controller
+    wait_for(lambda: ctl.current is not None and not ctl.busy and win.doc.placement_source == "compiled", 60,
+             "the first compile on the canvas")
+    yield win
+    close_window(win)
+    ctl.shutdown()
+
+
+def test_model_opened_without_a_target_is_placed_and_compiled(placed_window):
+    doc = placed_window.doc
+    assert doc.target_name == "phone-npu"
+    assert all(st.device in ("npu", "cpu") for st in doc.statuses.values())
+
+
+def test_one_edit_places_the_edited_graph_exactly_once(placed_window, monkeypatch):
+    import threading
+
+    from app import placement
+    from app.commands import SetAttrCommand
+    from engine.ir import clone
+
+    calls = []
+    real = placement.place_graph
+    monkeypatch.setattr(placement, "place_graph", lambda g, t: calls.append(len(g)) or real(g, t))
+    gui_clones = []
+    real_clone = clone.clone_graph
+
+    def counting_clone(g, *a, **kw):
+        if threading.current_thread() is threading.main_thread():
+            gui_clones.append(len(g))
+        return real_clone(g, *a, **kw)
+
+    monkeypatch.setattr(clone, "clone_graph", counting_clone)
+    win = placed_window
+    doc, ctl = win.doc, win.analysis.controller
+    compiles = ctl.compiles_started
+    node = doc.graph.node_by_name("relu2")
+    doc.push(SetAttrCommand(doc, doc.graph.node_by_name("conv2"), "dilations", [1, 1]))
+    wait_for(lambda: ctl.compiles_started > compiles and not ctl.busy and doc._place_task is None
+             and doc.placement_source == "compiled", 60, "the edit's compile")
+    assert node is not None
+    assert calls == [len(doc.graph)]
+    assert ctl.compiles_started == compiles + 1
+    # On the GUI thread: one clone for the edited graph's analysis, one for its compile.
+    assert gui_clones == [len(doc.graph)] * 2
+
+
+def test_canvas_color_of_every_node_is_the_placement_the_legend_names(placed_window):
+    from app import style
+
+    win = placed_window
+    doc = win.doc
+    legend = win.canvas.legend
+    assert legend.source.text() == placement_label("compiled")
+    res = win.analysis.controller.current
+    ops = {o.node: o.device for o in res.sim.ops}
+    counts: dict[str, int] = {}
+    for n in doc.graph.nodes:
+        item = item_of(win, n.name)
+        device = ops[res.op_of_source[n.name]] if n.name in res.op_of_source else "unplaced"
+        assert _painted_fill(win, item) == style.PLACEMENT_COLORS[device][1], n.name
+        counts[device] = counts.get(device, 0) + 1
+    for device, n in counts.items():
+        assert legend.labels[device].text().endswith(f" {n}")
+
+
+def _painted_fill(win, item):
+    """The colour the canvas paints inside a node's box."""
+    from PySide6.QtGui import QImage, QPainter
+
+    rect = item.sceneBoundingRect()
+    img = QImage(200, 80, QImage.Format.Format_ARGB32)
+    img.fill(0)
+    p = QPainter(img)
+    win.scene.render(p, source=rect.adjusted(3, 3, 3, 3))
+    p.end()
+    return img.pixelColor(100, 52)
+
+
+def placement_label(source: str) -> str:
+    from app import placement
+
+    return placement.SOURCE_LABELS[source]
+
+
+def test_an_edit_shows_the_edited_placement_labelled_until_its_compile_lands(placed_window):
+    from app.commands import SetPinCommand
+
+    win = placed_window
+    doc, ctl = win.doc, win.analysis.controller
+    node = doc.graph.node_by_name("add")
+    doc.push(SetPinCommand(doc, node, "cpu"))
+    assert doc.placement_source == "edited"  # the compile of the graph before the edit is stale
+    assert win.canvas.legend.source.text() == placement_label("edited")
+    wait_for(lambda: not ctl.busy and doc.placement_source == "compiled", 60, "the pin's compile")
+    assert doc.statuses["add"].device == "cpu"
+
+
+def test_clean_quit_after_save_as_leaves_no_recovery_prompt(qtbot, tmp_path):
+    from app.commands import SetPinCommand
+    from app.document import pending_recoveries
+
+    model = tmp_path / "residual.onnx"
+    onnx.save(residual_cnn(), model)
+    settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+    recovery = tmp_path / "recovery"
+    win = open_window(qtbot, model, settings, recovery)
+    doc = win.doc
+    doc.push(SetPinCommand(doc, doc.graph.node_by_name("add"), "cpu"))
+    assert doc.autosave() is not None  # the recovery file written before the project has a name
+    assert pending_recoveries(recovery)
+    win._save_to(tmp_path / "project.npuproj")
+    close_window(win)
+    nxt, _ = _window(qtbot, tmp_path)
+    assert not nxt.offer_recovery(ask=lambda path, d: pytest.fail(f"asked to restore {path}"))
+    assert pending_recoveries(recovery) == []

@@ -1,0 +1,1 @@
+"""Generators of the documentation in docs/ (run through tools/gen_docs.py)."""
