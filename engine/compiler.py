@@ -126,9 +126,10 @@ def compile_model(graph: Graph, target: Any, calibration: CalibrationSet | None 
     result of the same graph and options except ``pins`` (and the target's timing), keeps its
     optimized graph, quantization and diagnostics and only simulates again.
     """
+    from engine.errors import Cancelled
     from engine.hw.target import resolve_target
     from engine.quant.api import quantize
-    from engine.quant.calibrate import Cancelled, calibrate
+    from engine.quant.calibrate import calibrate
 
     options = options or CompileOptions()
     target = resolve_target(target)
