@@ -113,7 +113,10 @@ def optimize_and_place_job(control: TaskControl, graph: Graph, target: Any) -> C
     control.progress(0.95, "summarizing")
     npu = sum(1 for d in placed.device.values() if d == "npu")
     cpu = sum(1 for d in placed.device.values() if d == "cpu")
-    where = f"; {npu} ops on the NPU, {cpu} on the CPU" if placed.available else "; choose a target to place it"
+    # These are ops of the optimized float graph placed on their own, not the analysis compile
+    # (quantized, with inserted ops) whose CPU fallback the legend and panels count: say so.
+    where = (f"; its {npu + cpu} ops placed alone (float, before quantization): {npu} on the NPU, {cpu} on the CPU"
+             if placed.available else "; choose a target to place it")
     summary = f"{res.nodes_before} → {res.nodes_after} nodes, {len(res.fused())} fused{where}"
     return CompileOutcome(res.graph, [r.to_json() for r in res.trace], res.fused(), placed,
                           list(res.diagnostics) + placed.diagnostics, summary)
