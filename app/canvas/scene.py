@@ -28,7 +28,7 @@ from app.canvas.group_item import GroupItem, provenance_of
 from app.canvas.layout import LayoutResult
 from app.canvas.node_item import IOItem, NodeItem, _PortedItem
 from app.canvas.overview_item import OverviewItem
-from app.canvas.port_item import PortItem
+from app.canvas.port_item import PORT_HIT, PortItem
 from app.canvas.snapshot import GraphSnapshot
 from app.placement import NodeStatus
 from app.runtime import collections_paused
@@ -425,6 +425,13 @@ class GraphScene(QGraphicsScene):
             e.refresh()
 
     def mousePressEvent(self, event: QGraphicsSceneMouseEvent) -> None:
+        # Port items are made on a node's first hover; a press that lands on a port before any
+        # hover reached its node (the pointer came from outside the node's outline, where half
+        # of each port's hit square lies) must still start a wire, not select the edge below.
+        pos = event.scenePos()
+        for it in self.items(QRectF(pos.x() - PORT_HIT, pos.y() - PORT_HIT, 2 * PORT_HIT, 2 * PORT_HIT)):
+            if isinstance(it, _PortedItem):
+                it.ensure_ports()
         super().mousePressEvent(event)
         self._press_pos = {it.key: it.pos() for it in self.selectedItems() if isinstance(it, _PortedItem)}
 

@@ -49,3 +49,24 @@ def test_refused_drop_says_why_in_the_status_bar(window):
     _drag(scene, item_of(window, "relu1").out_ports[0], far)
     assert "drop the wire on an input port" in window.statusBar().currentMessage()
     assert doc.undo_stack.count() == steps
+
+
+def test_press_on_a_port_before_any_hover_starts_a_wire_not_an_edge_selection(window):
+    """A hand (or xdotool) that lands straight on an output port from below, where the node's
+    outline does not reach, never hovered the node: the press must still start the wire."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtTest import QTest
+
+    view, scene = window.view, window.scene
+    conv1, add = item_of(window, "conv1"), item_of(window, "add")
+    scene.clearSelection()
+    view.centerOn(conv1)
+    start = view.mapFromScene(conv1.port_scene_pos(False, 0) + QPointF(0, 3))  # the port's lower half
+    end = view.mapFromScene(add.port_scene_pos(True, 1))
+    vp = view.viewport()
+    QTest.mousePress(vp, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier, start)
+    for k in range(1, 6):
+        QTest.mouseMove(vp, start + (end - start) * k / 5)
+    QTest.mouseRelease(vp, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier, end)
+    assert node_named(window, "add").input(1) is node_named(window, "conv1").output(0)
+    assert not scene.selectedItems()
