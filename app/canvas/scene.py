@@ -428,11 +428,14 @@ class GraphScene(QGraphicsScene):
         # Port items are made on a node's first hover; a press that lands on a port before any
         # hover reached its node (the pointer came from outside the node's outline, where half
         # of each port's hit square lies) must still start a wire, not select the edge below.
-        pos = event.scenePos()
-        for it in self.items(QRectF(pos.x() - PORT_HIT, pos.y() - PORT_HIT, 2 * PORT_HIT, 2 * PORT_HIT)):
+        self._ensure_ports_near(event.scenePos(), PORT_HIT)
+        super().mousePressEvent(event)
+
+    def _ensure_ports_near(self, pos: QPointF, radius: float) -> None:
+        """Make the port items of the nodes within ``radius`` of ``pos`` (see ``ensure_ports``)."""
+        for it in self.items(QRectF(pos.x() - radius, pos.y() - radius, 2 * radius, 2 * radius)):
             if isinstance(it, _PortedItem):
                 it.ensure_ports()
-        super().mousePressEvent(event)
         self._press_pos = {it.key: it.pos() for it in self.selectedItems() if isinstance(it, _PortedItem)}
 
     def mouseMoveEvent(self, event: QGraphicsSceneMouseEvent) -> None:
@@ -507,6 +510,8 @@ class GraphScene(QGraphicsScene):
         """The node input under ``pos``: the nearest input port within PORT_SNAP pixels (an
         occupied port too: the drop replaces its edge), or the nearest free input of a node."""
         snap = PORT_SNAP
+        # A wire's drag grabs the mouse, so no node under it was hovered and made its port items.
+        self._ensure_ports_near(pos, snap + PORT_HIT)
         near = [it for it in self.items(QRectF(pos.x() - snap, pos.y() - snap, 2 * snap, 2 * snap))
                 if isinstance(it, PortItem) and it.is_input and isinstance(it.owner, NodeItem)]
         if near:

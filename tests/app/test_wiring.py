@@ -70,3 +70,19 @@ def test_press_on_a_port_before_any_hover_starts_a_wire_not_an_edge_selection(wi
     QTest.mouseRelease(vp, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier, end)
     assert node_named(window, "add").input(1) is node_named(window, "conv1").output(0)
     assert not scene.selectedItems()
+
+
+def test_drop_on_the_port_of_a_node_never_hovered_connects(window, qapp):
+    """Dragging a wire grabs the mouse: the node it is dropped on was never hovered, so its
+    port items did not exist yet; a drop on the upper half of its input port (outside the
+    node's outline) must still connect."""
+    from tests.app.test_editing import _drop_op
+
+    doc, scene = window.doc, window.scene
+    center = window.view.mapToScene(window.view.viewport().rect().center())
+    _drop_op(window, "Sigmoid", center)
+    sig = doc.graph.nodes[-1]
+    sig_item = scene.node_items[id(sig)]
+    assert not sig_item._ports_made  # the state a real drag meets (no hover reached the node)
+    _drag(scene, item_of(window, "relu1").out_ports[0], sig_item.port_scene_pos(True, 0) + QPointF(1, -3))
+    assert sig.input(0) is node_named(window, "relu1").output(0)
