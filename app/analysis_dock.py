@@ -46,6 +46,7 @@ class AnalysisDock(QObject):
     def __init__(self, window: QMainWindow) -> None:
         super().__init__(window)
         self.window = window
+        self._failure_note = ""  # the status-bar line of the last failed analysis, while shown
         self.controller = AnalysisController(self)
         self.charts = ChartsPanel(window)
         self.compile_panel = CompilePanel(window)
@@ -211,8 +212,13 @@ class AnalysisDock(QObject):
         if not running:
             self.progress.setValue(0)
         self.charts.show_state(state, message)
+        bar = self.window.statusBar()
         if state == "failed":
-            self.window.statusBar().showMessage(f"analysis: {message}", 10000)
+            self._failure_note = f"analysis: {message}"
+            bar.showMessage(self._failure_note, 10000)
+        elif self._failure_note and bar.currentMessage() == self._failure_note:
+            bar.clearMessage()  # the edit that fixed it is in; the old complaint must not outlive it
+            self._failure_note = ""
 
     def _on_cleared(self) -> None:
         self.charts.show_empty("compiling the new model…")

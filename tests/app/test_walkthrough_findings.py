@@ -1,0 +1,26 @@
+"""What the Xvfb walkthrough (tools/walkthrough.py) showed a user, each as the behaviour they
+would notice."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.gui
+
+
+def test_analysis_failure_leaves_the_status_bar_once_the_analysis_runs_again(window):
+    """Deleting a node made the analysis fail ("input 0 of gap is not connected"); after undo the
+    status bar kept saying so for 10 s over the recomputed, valid graph."""
+    analysis = window.analysis
+    bar = window.statusBar()
+    analysis.controller.state_changed.emit("failed", "input 0 (X) of gap is not connected")
+    assert "not connected" in bar.currentMessage()
+    analysis.controller.state_changed.emit("running", "")
+    assert bar.currentMessage() == ""
+
+
+def test_other_status_messages_survive_an_analysis_run(window):
+    bar = window.statusBar()
+    bar.showMessage("compiled: 6 ops", 10000)
+    window.analysis.controller.state_changed.emit("running", "")
+    assert bar.currentMessage() == "compiled: 6 ops"
