@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,15 @@ from app.panels.stages_panel import StagesPanel
 from app.panels.target_panel import TargetPanel
 
 log = logging.getLogger(__name__)
+
+
+_CLI_SHAPE_FIX = re.compile(r"fix it with --shape \S+")
+
+
+def gui_wording(message: str) -> str:
+    """The engine's message in the editor's terms: its CLI remedy (``--shape x=...``) becomes the
+    menu item that does the same here."""
+    return _CLI_SHAPE_FIX.sub("set it in View > Input Shapes… (Ctrl+Shift+I)", message)
 
 
 def _menu(window: QMainWindow, title: str) -> QMenu | None:
@@ -207,6 +217,7 @@ class AnalysisDock(QObject):
                 scene.selectionChanged.connect(self._on_canvas_selection_changed)
 
     def _on_state_changed(self, state: str, message: str) -> None:
+        message = gui_wording(message)
         running = state == "running"
         self.cancel_button.setEnabled(running)
         if not running:

@@ -24,3 +24,14 @@ def test_other_status_messages_survive_an_analysis_run(window):
     bar.showMessage("compiled: 6 ops", 10000)
     window.analysis.controller.state_changed.emit("running", "")
     assert bar.currentMessage() == "compiled: 6 ops"
+
+
+def test_dynamic_shape_failure_names_the_menu_item_not_the_cli_flag(window):
+    """Behind the shape dialog (walkthrough 01) the status bar and the Analysis panel said
+    "fix it with --shape x=D0,D1,...", a command-line flag the editor has no field for."""
+    window.analysis.controller.state_changed.emit(
+        "failed", "input 'x' dimension 0 is dynamic ('N'); fix it with --shape x=D0,D1,...")
+    shown = window.statusBar().currentMessage()
+    assert "--shape" not in shown
+    assert "Input Shapes" in shown
+    assert any(a.text().replace("&", "") == "Input Shapes…" for a in window.findChildren(type(window.act_shapes)))
