@@ -35,3 +35,22 @@ def test_dynamic_shape_failure_names_the_menu_item_not_the_cli_flag(window):
     assert "--shape" not in shown
     assert "Input Shapes" in shown
     assert any(a.text().replace("&", "") == "Input Shapes…" for a in window.findChildren(type(window.act_shapes)))
+
+
+def test_a_model_waiting_for_its_input_shapes_is_shown_unplaced_not_as_cpu_fallback(qtbot, tmp_path):
+    """Walkthrough 01: behind the shape dialog every op was orange "CPU fallback 7" while the
+    banner said nothing can be placed until the shapes are set."""
+    from tests.app.test_shape_dialog import _dynamic_model, _window
+
+    path = _dynamic_model(tmp_path / "dyn.onnx")
+    win = _window(qtbot, tmp_path)
+    win.ask_shapes = lambda name, inputs, last: None  # cancelled
+    with qtbot.waitSignal(win.document_shown, timeout=30000):
+        win.open_path(path)
+    doc = win.doc
+    doc.wait_for_placement()
+    qtbot.wait(50)
+    assert doc.statuses and {st.device for st in doc.statuses.values()} == {"unplaced"}
+    assert doc.fallback_count() == 0
+    assert any("Input Shapes" in d.message for d in doc.all_diagnostics())
+    win.close()
