@@ -234,11 +234,14 @@ def _empty_canvas_point(s: dict) -> tuple[float, float]:
     return best
 
 
-def _node(s: dict, name: str) -> dict:
+def _node(s: dict, name: str, on_screen: bool = False) -> dict:
     for n in s["nodes"]:
         if n["name"] == name:
+            if on_screen and not n["visible"]:
+                raise StepFailed(f"node {name!r} is outside the visible canvas (pick one on screen)")
             return n
-    raise StepFailed(f"node {name!r} is not on the canvas (have {[n['name'] for n in s['nodes']]})")
+    shown = [n["name"] for n in s["nodes"] if n["visible"]][:12]
+    raise StepFailed(f"node {name!r} is not on the canvas (on screen: {', '.join(shown)})")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -302,7 +305,7 @@ def run(args: argparse.Namespace) -> int:
         step = "04 draw a wire from an output port to the new node's input"
         src_name = args.wire_from
         s = ses.settle(0.2)
-        src = _node(s, src_name)
+        src = _node(s, src_name, on_screen=True)
         ses.drag(tuple(src["outputs"][0]), tuple(_node(s, new)["inputs"][0]), steps=16)
         s = ses.wait_state("the new node's input connected", lambda s: _node(s, new)["connected"][0], 15)
         ses.settle()
@@ -311,7 +314,7 @@ def run(args: argparse.Namespace) -> int:
         step = "05 select a node and press Delete"
         victim = args.delete
         s = ses.settle(0.2)
-        ses.click(*_center(_node(s, victim)["rect"]))
+        ses.click(*_center(_node(s, victim, on_screen=True)["rect"]))
         ses.wait_state(f"{victim} selected", lambda s: _node(s, victim)["selected"], 10)
         ses.key("Delete")
         s = ses.wait_state(f"{victim} deleted", lambda s: all(n["name"] != victim for n in s["nodes"]), 15)
@@ -327,7 +330,7 @@ def run(args: argparse.Namespace) -> int:
         step = "07 pin a node to the CPU from its context menu"
         pin = args.pin
         s = ses.settle(0.2)
-        ses.click(*_center(_node(s, pin)["rect"]), button=3)
+        ses.click(*_center(_node(s, pin, on_screen=True)["rect"]), button=3)
         ses.wait_state("the context menu", lambda s: s.get("popup"), 10)
         ses.settle(0.3)
         ses.screenshot("context_menu")
