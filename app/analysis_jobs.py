@@ -281,7 +281,6 @@ def compile_job(control: TaskControl, req: AnalysisRequest, cache: AnalysisCache
     handing it what the cache knows: the calibration statistics of this graph and data (a
     quantization-only change does not observe the samples again) or a whole earlier result
     (an undo, or a pin: only the simulation runs again)."""
-    from engine.quant.calibrate import Cancelled as EngineCancelled
 
     t0 = time.perf_counter()
     problems = structural_problems(req.graph)
@@ -297,25 +296,22 @@ def compile_job(control: TaskControl, req: AnalysisRequest, cache: AnalysisCache
     ckey = (key, s.disabled_passes, s.calibration, s.preprocess, qcfg.bins) if key else None
     front = cache.front(fkey) if fkey else None
     step = _progress(control)
-    try:
-        if front is None:
-            data = cache.data(s, req.graph)[0] if s.calibration and target.npu.precision in INTEGER_PRECISIONS else None
-            front = compile_model(req.graph, target, data, s.options(req.source_pins), progress=step,
-                                  cancel=control.cancelled, calibration_stats=cache.calibration(ckey) if ckey else None,
-                                  histograms=True)
-            if fkey:
-                cache.put_front(fkey, front)
-            if ckey and front.quant is not None:
-                cache.put_calibration(ckey, front.quant.calibration)
-            cached = False
-        else:
-            cached = True
-        pins = effective_pins(front.optimized, req.source_pins)
-        result = front
-        if cached or pins != dict(front.options.pins):
-            result = compile_model(req.graph, target, options=s.options(pins), progress=step, reuse=front)
-    except EngineCancelled:
-        raise Cancelled() from None
+    if front is None:
+        data = cache.data(s, req.graph)[0] if s.calibration and target.npu.precision in INTEGER_PRECISIONS else None
+        front = compile_model(req.graph, target, data, s.options(req.source_pins), progress=step,
+                              cancel=control.cancelled, calibration_stats=cache.calibration(ckey) if ckey else None,
+                              histograms=True)
+        if fkey:
+            cache.put_front(fkey, front)
+        if ckey and front.quant is not None:
+            cache.put_calibration(ckey, front.quant.calibration)
+        cached = False
+    else:
+        cached = True
+    pins = effective_pins(front.optimized, req.source_pins)
+    result = front
+    if cached or pins != dict(front.options.pins):
+        result = compile_model(req.graph, target, options=s.options(pins), progress=step, reuse=front)
     op_of, sources_of = source_mapping(req.graph, result.sim)
     return AnalysisResult(req.request_id, req.graph_version, result, s, time.perf_counter() - t0, op_of,
                           sources_of, cached=cached, what_if_hardware=req.what_if_hardware)

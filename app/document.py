@@ -44,7 +44,7 @@ def _place_job(control: TaskControl, graph: Graph, target: Any, version: int) ->
 
 
 @dataclass
-class AnalysisResult:
+class EditAnalysis:
     """What the analysis worker found for one version of the graph (names are the keys)."""
 
     version: int
@@ -55,7 +55,7 @@ class AnalysisResult:
 
 
 def _analysis_job(control: TaskControl, clone: Graph, base: dict[str, TensorType], reinfer: bool, target: Any,
-                  version: int) -> AnalysisResult:
+                  version: int) -> EditAnalysis:
     """Re-verify and re-infer a clone of the document's graph, place it and derive the node
     statuses: everything the canvas shows after an edit, computed off the GUI thread."""
     control.progress(0.1, "checking the graph")
@@ -72,10 +72,10 @@ def _analysis_job(control: TaskControl, clone: Graph, base: dict[str, TensorType
         diagnostics = list(clone.diagnostics)
     control.check()
     outcome = placement.PlacementOutcome()
-    if target is not None and placement.placement_available():
+    if target is not None:
         control.progress(0.5, "placing")
         outcome = placement.place_graph(clone, target)
-    return AnalysisResult(version, types, diagnostics, outcome,
+    return EditAnalysis(version, types, diagnostics, outcome,
                           placement.statuses(clone, outcome, node_errors(diagnostics)))
 
 
@@ -255,10 +255,6 @@ class Document(QObject):
         if analyze:
             self.request_analysis()
 
-    def schedule_analysis(self) -> None:
-        """Analyse soon (edits in quick succession are analysed once)."""
-        self._analysis_timer.start()
-
     def flush(self) -> None:
         """Bring types and diagnostics up to date now (tests and saving use this): run a
         pending analysis, or wait for the re-inference a worker is doing. Placement may
@@ -268,7 +264,7 @@ class Document(QObject):
             return
         task = self._place_task
         if task is not None and task.fn is _analysis_job and task.args[2]:  # re-inferring
-            if task.done.wait(60) and isinstance(task.result, AnalysisResult):
+            if task.done.wait(60) and isinstance(task.result, EditAnalysis):
                 self._on_analysis_done(task, task.result)
             else:
                 self.analyze()
@@ -299,14 +295,14 @@ class Document(QObject):
                     entry = self._baseline.get(id(v))
                     if entry is not None and entry[0] is v:
                         base[v.name] = entry[1]
-        target = self.target if placement.placement_available() else None
+        target = self.target
         task = Task(_analysis_job, clone_graph(graph), base, reinfer, target, graph.version, name="analysis")
         log.debug("analysis of %d nodes: %.1f ms on the GUI thread", len(graph), 1000 * (time.perf_counter() - t0))
         task.signals.finished.connect(lambda result, t=task: self._on_analysis_done(t, result))
         task.signals.failed.connect(self.message)
         self._place_task = task.start()
 
-    def _on_analysis_done(self, task: Task, result: AnalysisResult) -> None:
+    def _on_analysis_done(self, task: Task, result: EditAnalysis) -> None:
         if self._closed or task is not self._place_task or result.version != self.graph.version:
             return  # superseded (a newer analysis is on its way), or the document closed
         self._place_task = None
@@ -337,7 +333,7 @@ class Document(QObject):
         else:
             self.diagnostics = list(self.graph.diagnostics)
         log.debug("reinfer of %d nodes took %.1f ms", len(self.graph), 1000 * (time.perf_counter() - t0))
-        if self.target is not None and placement.placement_available():
+        if self.target is not None:
             self._start_placement()
         else:
             self._placement = placement.PlacementOutcome()
@@ -428,11 +424,6 @@ class Document(QObject):
     def fallback_count(self) -> int:
         """Nodes of the canvas that run on the CPU (the legend's "CPU fallback" figure)."""
         return sum(1 for st in self.statuses.values() if st.device == "cpu")
-
-    @property
-    def placement_ready(self) -> bool:
-        """True when placement ran for the current graph."""
-        return self._placement.available
 
     def all_diagnostics(self) -> list[Diagnostic]:
         """Verify and inference findings, then the placement's the canvas shows (the compile's

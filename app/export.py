@@ -17,7 +17,7 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QFileDialog, QMessageBox, QProgressDialog, QWidget
 
 from app.help import open_local_file
-from app.workers import Cancelled, Task, TaskControl
+from app.workers import Task, TaskControl
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,6 @@ def export_job(control: TaskControl, graph: Any, target: Any, calibration: str |
     """Compile ``graph`` as the CLI does and write the bundle; returns the file hashes."""
     from engine.compiler import compile_model
     from engine.export.artifacts import check_outdir, write_bundle
-    from engine.quant.calibrate import Cancelled as EngineCancelled
     from engine.quant.data import load_calibration
 
     out = Path(outdir)
@@ -41,10 +40,7 @@ def export_job(control: TaskControl, graph: Any, target: Any, calibration: str |
         nxt = min([v for v in stages.values() if v > base], default=0.9)
         control.progress(base + (nxt - base) * (done / total if total else 1.0), stage)
 
-    try:
-        result = compile_model(graph, target, data, options, progress=progress, cancel=control.cancelled)
-    except EngineCancelled:
-        raise Cancelled() from None
+    result = compile_model(graph, target, data, options, progress=progress, cancel=control.cancelled)
     control.check()
     control.progress(0.92, "writing the bundle")
     hashes = write_bundle(result, out, force=force)

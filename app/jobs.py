@@ -7,7 +7,6 @@ thread installs them. Nothing here touches Qt widgets.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,20 +101,9 @@ class CompileOutcome:
     summary: str
 
 
-def optimizer_available() -> bool:
-    """True when the engine's optimizer is importable."""
-    try:
-        importlib.import_module("engine.passes.pipeline")
-    except ImportError:
-        return False
-    return True
-
-
-def compile_job(control: TaskControl, graph: Graph, target: Any) -> CompileOutcome:
+def optimize_and_place_job(control: TaskControl, graph: Graph, target: Any) -> CompileOutcome:
     """Optimize a clone of the document's graph and place the result on ``target``."""
     control.progress(0.05, "optimizing")
-    if not optimizer_available():
-        return CompileOutcome(None, [], [], placement.PlacementOutcome(), [], "the optimizer is not available")
     from engine.passes.pipeline import optimize
 
     res = optimize(graph, copy=False)

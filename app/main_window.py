@@ -605,7 +605,7 @@ class MainWindow(QMainWindow):
         from engine.ir.clone import clone_graph
 
         doc.flush()
-        task = Task(jobs.compile_job, clone_graph(doc.graph), doc.target, name="compile")
+        task = Task(jobs.optimize_and_place_job, clone_graph(doc.graph), doc.target, name="compile")
         task.signals.progress.connect(self._show_progress)
         task.signals.finished.connect(self._on_compile_done)
         task.signals.failed.connect(self._on_task_failed)

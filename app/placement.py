@@ -1,14 +1,13 @@
 """Adapter between the editor and the engine's placement: node -> (device, reason).
 
 Placement lives in ``engine.place`` and targets in ``engine.hw.target``; this module calls
-them when they are importable and a target is chosen, and otherwise reports every node as
-"unplaced" (pins are still shown). It never raises into the GUI: a placement failure becomes
+them when a target is chosen, and otherwise reports every node as "unplaced" (pins are still
+shown). It never raises into the GUI: a placement failure becomes
 one diagnostic and "unplaced" colours.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,25 +43,12 @@ class PlacementOutcome:
     available: bool = False
 
 
-def _optional(module: str, name: str) -> Any:
-    try:
-        mod = importlib.import_module(module)
-    except ImportError:
-        return None
-    return getattr(mod, name, None)
-
-
-def placement_available() -> bool:
-    """True when the engine can place graphs (engine.place and engine.hw are importable)."""
-    return _optional("engine.place.partition", "place") is not None and \
-        _optional("engine.hw.target", "resolve_target") is not None
-
-
 def list_targets() -> list[tuple[str, str]]:
     """(name, description) of the bundled targets (empty before targets exist)."""
-    fn = _optional("engine.hw.target", "list_targets")
+    from engine.hw.target import list_targets as bundled
+
     try:
-        return list(fn()) if fn is not None else []
+        return list(bundled())
     except Exception:  # a broken target folder must not break the menu
         log.exception("listing targets failed")
         return []
@@ -72,16 +58,16 @@ def resolve_target(name: str | None) -> Any:
     """The HardwareTarget of a bundled name or a YAML path (raises the engine's InputError)."""
     if not name:
         return None
-    fn = _optional("engine.hw.target", "resolve_target")
-    if fn is None:
-        return None
-    return fn(name)
+    from engine.hw.target import resolve_target as resolve
+
+    return resolve(name)
 
 
 def place_graph(graph: Graph, target: Any) -> PlacementOutcome:
     """Place ``graph`` on ``target`` (a HardwareTarget or None). Pins come from node.meta."""
-    place = _optional("engine.place.partition", "place")
-    if place is None or target is None:
+    from engine.place.partition import place
+
+    if target is None:
         return PlacementOutcome()
     from app.shape_dialog import dynamic_inputs
 

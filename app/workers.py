@@ -19,7 +19,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
 
-from engine.errors import ExecutionError, InputError, ModelError
+from engine.errors import Cancelled, ExecutionError, InputError, ModelError
 
 log = logging.getLogger(__name__)
 _EXPECTED = (ModelError, InputError, ExecutionError, ValueError, OSError)
@@ -39,10 +39,6 @@ def _lower_priority() -> None:
                 os.setpriority(os.PRIO_PROCESS, tid, WORKER_NICENESS)
         except OSError:
             pass
-
-
-class Cancelled(Exception):
-    """Raised inside a task when it was asked to stop."""
 
 
 class TaskControl:
@@ -134,17 +130,3 @@ class Task(QRunnable):
     def cancel(self) -> None:
         """Ask the task to stop."""
         self.control.cancel()
-
-
-def run_task(fn: Callable[..., Any], *args: Any, name: str = "task",
-             on_done: Callable[[Any], None] | None = None, on_error: Callable[[str], None] | None = None,
-             on_progress: Callable[[float, str], None] | None = None) -> Task:
-    """Create, connect and start a Task in one call."""
-    task = Task(fn, *args, name=name)
-    if on_done is not None:
-        task.signals.finished.connect(on_done)
-    if on_error is not None:
-        task.signals.failed.connect(on_error)
-    if on_progress is not None:
-        task.signals.progress.connect(on_progress)
-    return task.start()

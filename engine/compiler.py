@@ -37,6 +37,7 @@ class CompileOptions:
     profiling: bool = False
     vela: bool = False
     require_tflite: bool = False
+    allow_float_ops: bool = False
 
 
 @dataclass
@@ -105,7 +106,10 @@ def quant_config_for(quant: QuantConfig, target: Any) -> QuantConfig:
     if target.npu.precision in INTEGER_PRECISIONS and target.npu.precision != quant.dtype and quant.dtype == "int8":
         quant = dataclasses.replace(quant, dtype=target.npu.precision)
     if target.exports_tflite():  # what the TFLite int8 spec requires (engine/quant/tflite_spec.py)
-        quant = dataclasses.replace(quant, tflite=True, per_channel=True, symmetric=False, dtype="int8")
+        from engine.quant.config import TFLITE_ONLY_OPS
+
+        quant = dataclasses.replace(quant, tflite=True, per_channel=True, symmetric=False, dtype="int8",
+                                    ops=quant.ops | TFLITE_ONLY_OPS)
     return quant
 
 
@@ -122,9 +126,10 @@ def compile_model(graph: Graph, target: Any, calibration: CalibrationSet | None 
     result of the same graph and options except ``pins`` (and the target's timing), keeps its
     optimized graph, quantization and diagnostics and only simulates again.
     """
+    from engine.errors import Cancelled
     from engine.hw.target import resolve_target
     from engine.quant.api import quantize
-    from engine.quant.calibrate import Cancelled, calibrate
+    from engine.quant.calibrate import calibrate
 
     options = options or CompileOptions()
     target = resolve_target(target)
@@ -152,11 +157,18 @@ def compile_model(graph: Graph, target: Any, calibration: CalibrationSet | None 
     tflite = target.exports_tflite()
     disabled = tuple(options.disabled_passes)
     if tflite:
-        from engine.quant.tflite_spec import disabled_fusions, divisions_to_multiplications
+        from engine.quant.tflite_spec import (
+            disabled_fusions,
+            divisions_to_multiplications,
+            sqrt_divisions_to_rsqrt,
+        )
 
-        disabled += tuple(d for d in disabled_fusions() if d not in disabled)
+        disabled += tuple(d for d in disabled_fusions(options.allow_float_ops) if d not in disabled)
     step("optimize", 0, 1)
     optimized, trace, diags = optimize_graph(graph, disabled)
+    if tflite and sqrt_divisions_to_rsqrt(optimized):
+        diags.append(Diagnostic(INFO, None, "sqrt-div-as-rsqrt", "division by a square root written as "
+                                "multiplication by a reciprocal square root (TFLite int8 RSQRT)"))
     if tflite and divisions_to_multiplications(optimized):
         diags.append(Diagnostic(INFO, None, "div-as-mul", "division by constants written as multiplication "
                                 "by their reciprocals (TFLite int8 has no DIV that the NPU runs)"))
@@ -194,12 +206,19 @@ def compile_model(graph: Graph, target: Any, calibration: CalibrationSet | None 
 
             step("tflite", 0, 1)
             try:
-                result.tflite = lower(result.quant.graph)
+                result.tflite = lower(result.quant.graph, options.allow_float_ops)
             except InputError as exc:
                 if options.require_tflite or options.vela:
                     raise
                 result.diagnostics.append(Diagnostic(WARNING, None, "no-tflite", f"model.tflite not written: {exc}"))
             step("tflite", 1, 1)
+            by_op: dict[str, list[dict[str, str]]] = {}
+            for f in result.tflite.float_ops if result.tflite is not None else []:
+                by_op.setdefault(f["op"], []).append(f)
+            for op_type, fs in by_op.items():
+                result.diagnostics.append(Diagnostic(
+                    WARNING, fs[0]["node"], "tflite-float-op",
+                    f"{len(fs)} {op_type} stay float in model.tflite (--allow-float-ops): {fs[0]['reason']}"))
             if options.vela and result.tflite is not None:
                 from engine.export.tflite import export_bytes
                 from engine.export.vela import run_vela

@@ -21,3 +21,8 @@ class InternalError(Exception):
     Deliberately not a ValueError, so code that handles bad input never swallows it; the CLI
     prints it as "internal error" with exit status 1.
     """
+
+
+class Cancelled(Exception):
+    """Long work stopped because the user asked (a cancel callback returned True, or the editor's
+    task was cancelled); not an error, so never reported as one."""

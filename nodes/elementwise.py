@@ -197,6 +197,9 @@ class PowSpec(OpSpec):
     doc = "Elementwise X ** Y with broadcasting; the output has the dtype of X."
     inputs = (Port("X"), Port("Y"))
     outputs = (Port("Z"),)
+    # quantized only for TFLite targets (engine/quant/config.py: a decomposed LayerNorm's square
+    # and reciprocal square root become int8 MUL and RSQRT); the exponent stays float
+    quant = QuantSpec("elementwise", float_inputs=frozenset({1}))
 
     def infer(self, ctx: NodeContext) -> list[TensorType]:
         """Broadcast shape, dtype of X."""

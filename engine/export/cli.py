@@ -35,7 +35,8 @@ def options_from_args(args: argparse.Namespace):
     return CompileOptions(quant=quant, disabled_passes=disabled_names(args.disable), pins=_pins(args.pin),
                           allow_synthetic_calibration=args.allow_synthetic_calibration,
                           analysis_samples=args.analysis_samples, vela=bool(getattr(args, "vela", False)),
-                          require_tflite=not getattr(args, "no_tflite", False))
+                          require_tflite=not getattr(args, "no_tflite", False),
+                          allow_float_ops=bool(getattr(args, "allow_float_ops", False)))
 
 
 def _from_project(args: argparse.Namespace):
@@ -129,6 +130,9 @@ def _add_compile(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--analysis-samples", type=integer(0, 10_000), default=8)
     p.add_argument("--vela", action="store_true",
                    help="run Arm's vela on model.tflite (needs the ethos-u extra); its outputs go to OUTDIR/vela/")
+    p.add_argument("--allow-float-ops", action="store_true",
+                   help="for a target that exports TFLite: keep an op with no int8 TFLite form float between "
+                        "DEQUANTIZE and QUANTIZE in model.tflite (plan.json and report.html list them)")
     p.add_argument("--no-tflite", action="store_true",
                    help="for a target that exports TFLite: write the bundle without model.tflite when an op "
                         "has no TFLite int8 form (a warning instead of an error)")

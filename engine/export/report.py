@@ -130,8 +130,13 @@ def _vela_section(sim: dict[str, Any]) -> list[str]:
         counts: dict[str, int] = {}
         for o in tfl["ops"]:
             counts[o["op"]] = counts.get(o["op"], 0) + 1
-        h.append(f"<h2>TFLite export ({len(tfl['ops'])} int8 operators in model.tflite)</h2><p>" +
+        h.append(f"<h2>TFLite export ({len(tfl['ops'])} operators in model.tflite)</h2><p>" +
                  escape(", ".join(f"{k} × {v}" for k, v in sorted(counts.items()))) + "</p>")
+        if tfl.get("float_ops"):
+            h.append(f"<h3>{len(tfl['float_ops'])} ops stay float (--allow-float-ops), between DEQUANTIZE "
+                     "and QUANTIZE</h3>")
+            h.append(_table(["node", "op", "why"], [[f["node"], f["op"], f["reason"]] for f in tfl["float_ops"]],
+                            set()))
     vela = sim.get("vela")
     if not vela:
         return h

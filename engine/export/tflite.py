@@ -26,7 +26,7 @@ def quantize_input(model: TModel, name: str, x: np.ndarray) -> np.ndarray:
     """A float input (ONNX layout) as the int8 tensor the TFLite model takes (NHWC for 4-D)."""
     t = next(model.tensors[i] for i in model.inputs if model.tensors[i].name == name)
     x = np.asarray(x, np.float32)
-    if x.ndim == 4:
+    if x.ndim == 4 and model.nhwc:
         x = x.transpose(0, 2, 3, 1)
     q = np.rint(x / np.float32(t.scalar_scale())) + t.scalar_zp()
     return np.clip(q, -128, 127).astype(np.int8)
@@ -36,7 +36,7 @@ def dequantize_output(model: TModel, name: str, q: np.ndarray) -> np.ndarray:
     """An int8 output as float in ONNX layout."""
     t = next(model.tensors[i] for i in model.outputs if model.tensors[i].name == name)
     x = (q.astype(np.float32) - t.scalar_zp()) * np.float32(t.scalar_scale())
-    return x.transpose(0, 3, 1, 2) if x.ndim == 4 else x
+    return x.transpose(0, 3, 1, 2) if x.ndim == 4 and model.nhwc else x
 
 
 def read_summary(data: bytes) -> dict[str, Any]:

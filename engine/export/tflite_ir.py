@@ -19,7 +19,8 @@ OP_VERSIONS = {
     "CONCATENATION": 2, "PAD": 2, "TRANSPOSE": 2, "LOGISTIC": 2, "TANH": 2, "HARD_SWISH": 1,
     "RELU": 2, "RELU6": 2, "RELU_N1_TO_1": 2, "LEAKY_RELU": 2, "SOFTMAX": 2, "QUANTIZE": 2,
     "DEQUANTIZE": 2, "STRIDED_SLICE": 2, "SPLIT": 2, "SPLIT_V": 2, "RESIZE_NEAREST_NEIGHBOR": 2,
-    "RESIZE_BILINEAR": 2, "PRELU": 1, "TRANSPOSE_CONV": 3,
+    "RESIZE_BILINEAR": 2, "PRELU": 1, "TRANSPOSE_CONV": 3, "BATCH_MATMUL": 2, "GELU": 2, "SLICE": 2,
+    "SQUARED_DIFFERENCE": 1, "RSQRT": 1,
 }
 """Operator versions LiteRT registers for the int8 forms we write (tensorflow/lite/tools/versioning)."""
 
@@ -80,7 +81,8 @@ class TModel:
     ops: list[TOp] = field(default_factory=list)
     inputs: list[int] = field(default_factory=list)
     outputs: list[int] = field(default_factory=list)
-    float_ops: list[str] = field(default_factory=list)
+    float_ops: list[dict[str, str]] = field(default_factory=list)
+    nhwc: bool = True
     _consts: dict[str, int] = field(default_factory=dict, repr=False)
     _names: set[str] = field(default_factory=set, repr=False)
 

@@ -17,6 +17,7 @@ import numpy as np
 from engine.errors import InputError
 from engine.export.tflite_ir import TModel, TTensor
 from engine.export.tflite_lower_ops import LoweringOps
+from engine.export.tflite_lower_seq import FLOAT_FORMS, SeqOps
 from engine.ir.fused import fused_activation
 from engine.ir.graph import Graph, Node, Value
 
@@ -26,24 +27,28 @@ ELEMENTWISE = {"Add": "ADD", "Sub": "SUB", "Mul": "MUL", "Max": "MAXIMUM", "Min"
 UNARY = {"HardSwish": "HARD_SWISH", "Sigmoid": "LOGISTIC", "Tanh": "TANH", "Relu": "RELU",
          "LeakyRelu": "LEAKY_RELU"}
 PASS_THROUGH = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout")
+SPATIAL = frozenset({"Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "Resize"})
+"""ONNX ops whose presence makes 4-D activations NHWC feature maps."""
 SUPPORTED = frozenset({"Conv", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalAveragePool",
                        "Concat", "Softmax", "Clip", "Transpose", "Pad", "Slice", "Split", "Resize",
-                       "ReduceMean", "PRelu", "ConvTranspose", *ELEMENTWISE, *UNARY, *PASS_THROUGH})
+                       "ReduceMean", "PRelu", "ConvTranspose", "Gelu", "Pow", *ELEMENTWISE, *UNARY, *PASS_THROUGH})
 """ONNX ops (between Q/DQ) that have a TFLite int8 form here."""
 
 
-class _Lowering(LoweringOps):
-    def __init__(self, graph: Graph) -> None:
+class _Lowering(LoweringOps, SeqOps):
+    def __init__(self, graph: Graph, allow_float_ops: bool = False) -> None:
         self.g = graph
-        self.m = TModel()
+        self.allow_float_ops = allow_float_ops
+        # 4-D tensors are NHWC feature maps when the graph has spatial ops; otherwise (attention
+        # heads, [batch, heads, seq, dim]) they keep ONNX's axis order
+        self.m = TModel(nhwc=any(n.op_type in SPATIAL for n in graph.nodes))
         self.tensor: dict[str, int] = {}  # float value name -> int8 tensor index
         self.flat_perm: dict[int, np.ndarray] = {}  # tensor -> NCHW flat index of each element
 
     # -- tensors --------------------------------------------------------------------------------
-    @staticmethod
-    def tfl_shape(shape: Any) -> tuple[int, ...]:
+    def tfl_shape(self, shape: Any) -> tuple[int, ...]:
         s = tuple(int(d) for d in shape)
-        return tuple(s[i] for i in NCHW_TO_NHWC) if len(s) == 4 else s
+        return tuple(s[i] for i in NCHW_TO_NHWC) if self.nhwc4(len(s)) else s
 
     def q_tensor(self, q: Node, shape: Any) -> int:
         """The int8 tensor of a QuantizeLinear's output."""
@@ -129,8 +134,12 @@ class _Lowering(LoweringOps):
             elif node.op_type == "Shape" and self.shape_only(node):
                 continue  # static shapes: the RESHAPE that reads it takes its shape from the IR
             elif node.op_type not in SUPPORTED or node.domain:
-                raise InputError(f"TFLite export: op {node.op_type} ({node.name!r}) has no TFLite int8 form "
-                                 "(compile --no-tflite writes the bundle without model.tflite)")
+                if not (self.allow_float_ops and node.op_type in FLOAT_FORMS and not node.domain):
+                    hint = " or --allow-float-ops keeps it float in model.tflite" \
+                        if node.op_type in FLOAT_FORMS else ""
+                    raise InputError(f"TFLite export: op {node.op_type} ({node.name!r}) has no TFLite int8 form "
+                                     f"(compile --no-tflite writes the bundle without model.tflite{hint})")
+                self.float_island(node)
             else:
                 getattr(self, f"op_{node.op_type.lower()}", self.op_generic)(node)
                 for t, y, name in self.pending:
@@ -271,9 +280,6 @@ class _Lowering(LoweringOps):
             raise InputError(f"TFLite export: Gemm {node.name!r} with alpha/beta/transA has no FULLY_CONNECTED form")
         self._fc(node, transposed=bool(node.attrs.get("transB", 0)))
 
-    def op_matmul(self, node: Node) -> None:
-        self._fc(node, transposed=False)
-
     def _fc(self, node: Node, transposed: bool) -> None:
         x = self.value(node.inputs[0], node)
         w = self.dq_const(node.inputs[1])
@@ -285,16 +291,25 @@ class _Lowering(LoweringOps):
         wq = wq if transposed else wq.T  # [out, in]
         if x in self.flat_perm:
             wq = wq[:, self.flat_perm[x]]
+        in_shape = self.m.tensors[x].shape
+        if len(in_shape) > 2 and not self.nhwc4(len(in_shape)):  # rows of a sequence: RESHAPE to 2-D
+            x = self._reshape_to(node, x, (int(np.prod(in_shape[:-1])), in_shape[-1]), "rows")
         if len(self.m.tensors[x].shape) != 2:
             raise InputError(f"TFLite export: {node.op_type} {node.name!r} input must be 2-D for FULLY_CONNECTED")
         c_out = wq.shape[0]
         y, act = self.out_tensor(node)
+        y_full = None
+        if len(self.m.tensors[y].shape) > 2:
+            y_full, y = y, self._int8_like(f"{self.m.tensors[y].name}_rows",
+                                           (self.m.tensors[x].shape[0], c_out), y)
         fused, fold = self._act(act or _as_record(fused_activation(node)), node)
         ws = np.broadcast_to(np.asarray(ws, np.float32).reshape(-1), (c_out,)).astype(np.float32)
         ws_out = (ws.astype(np.float64) * fold[0]).astype(np.float32) if fold else ws
         b = self._bias(node, 2, c_out, x, ws, fold)
         wt = self.m.const(f"{node.name}_weights", np.ascontiguousarray(wq), ws_out, np.zeros(c_out, np.int64), 0)
         self.m.op("FULLY_CONNECTED", [x, wt, b], [y], node.name, activation=fused)
+        if y_full is not None:
+            self._reshape_to(node, y, self.m.tensors[y_full].shape, "unrows", out=y_full)
 
     def _pool(self, node: Node, opcode: str) -> None:
         x = self.value(node.inputs[0], node)
@@ -358,7 +373,7 @@ class _Lowering(LoweringOps):
         elif op == "Softmax":
             rank = len(self.m.tensors[x].shape)
             axis = int(node.attrs.get("axis", -1))
-            if axis not in (-1, rank - 1) or rank == 4:
+            if axis not in (-1, rank - 1) or self.nhwc4(rank):
                 raise InputError(f"TFLite export: Softmax {node.name!r} over axis {axis} (TFLite: the last axis)")
             self.m.op("SOFTMAX", [x], [y], node.name, beta=1.0)
         elif op == "LeakyRelu":
@@ -371,7 +386,7 @@ class _Lowering(LoweringOps):
         y, _ = self.out_tensor(node)
         rank = len(self.m.tensors[y].shape)
         axis = int(node.attrs.get("axis", 1)) % rank
-        if rank == 4:
+        if self.nhwc4(rank):
             axis = AXIS_TO_NHWC[axis]
         ins = []
         for k, x in enumerate(xs):  # LiteRT's int8 CONCATENATION needs one (scale, zero point)
@@ -397,12 +412,12 @@ class _Lowering(LoweringOps):
                 if np.ndim(s) != 0:
                     raise InputError(f"TFLite export: constant operand of {node.name!r} is per-channel")
                 arr = q.reshape((1,) * (rank - q.ndim) + q.shape) if q.ndim < rank else q
-                if rank == 4:
+                if self.nhwc4(rank):
                     arr = arr.transpose(NCHW_TO_NHWC)
                 ins.append(self.m.const(f"{node.name}_{v.name}", np.ascontiguousarray(arr), [s], [z]))  # type: ignore[union-attr]
                 continue
             t = self.value(v, node)
-            if len(self.m.tensors[t].shape) != rank and rank == 4:
+            if len(self.m.tensors[t].shape) != rank and self.nhwc4(rank):
                 raise InputError(f"TFLite export: {node.op_type} {node.name!r} broadcasts a lower-rank activation")
             ins.append(t)
         y, _ = self.out_tensor(node)
@@ -429,14 +444,14 @@ class _Lowering(LoweringOps):
             return
         perm = self.flat_perm.get(x)
         onnx_out = tuple(int(d) for d in node.outputs[0].type.shape)  # type: ignore[union-attr]
-        if _spread(src.shape):  # an NHWC map whose element order differs from ONNX's NCHW
+        if self.m.nhwc and _spread(src.shape):  # an NHWC map whose element order differs from ONNX's NCHW
             if len(dst.shape) == 2 and all(c.op_type in ("Gemm", "MatMul") for c in _users(node)):
                 _n, h, w, c = src.shape  # fold the reordering into the fully-connected weights
                 perm = np.arange(c * h * w).reshape(c, h, w).transpose(1, 2, 0).reshape(-1)
             else:
                 x = self._transpose(node, x, (0, 3, 1, 2), "nchw")
                 src = self.m.tensors[x]
-        if _spread(dst.shape):  # reshape in NCHW order, then store NHWC
+        if self.m.nhwc and _spread(dst.shape):  # reshape in NCHW order, then store NHWC
             t = self.m.add(TTensor(f"{node.name}_nchw_out", onnx_out, "int8", src.scale, src.zero_point))
             shape = self.m.const(f"{node.name}_shape", np.asarray(onnx_out, np.int32))
             self.m.op("RESHAPE", [x, shape], [t], node.name, new_shape=list(onnx_out))
@@ -496,7 +511,8 @@ def _record(act: Node) -> dict[str, Any]:
     return {"op_type": "Clip", "attrs": attrs}
 
 
-def lower(graph: Graph) -> TModel:
+def lower(graph: Graph, allow_float_ops: bool = False) -> TModel:
     """The TFLite program of a QDQ graph quantized with the TFLite spec; InputError names the
-    first op or tensor without a TFLite int8 form."""
-    return _Lowering(graph).run()
+    first op or tensor without a TFLite int8 form (with ``allow_float_ops``: without any TFLite
+    form; ops with a float one stay float between DEQUANTIZE and QUANTIZE)."""
+    return _Lowering(graph, allow_float_ops).run()

@@ -41,6 +41,10 @@ class LoweringOps:
 
     m: Any
 
+    def nhwc4(self, rank: int) -> bool:
+        """True when a tensor of this rank is stored NHWC (4-D feature maps of a spatial graph)."""
+        return rank == 4 and bool(self.m.nhwc)
+
     def _move(self, node: Node) -> tuple[int, int]:
         x = self.value(node.inputs[0], node)  # type: ignore[attr-defined]
         y, _ = self.out_tensor(node, like=x)  # type: ignore[attr-defined]
@@ -50,7 +54,7 @@ class LoweringOps:
         x, y = self._move(node)
         rank = len(self.m.tensors[x].shape)
         perm = list(node.attrs.get("perm", list(range(rank))[::-1]))
-        if rank == 4:
+        if self.nhwc4(rank):
             perm = nhwc_perm(perm)
         self.m.op("TRANSPOSE", [x, self.m.const(f"{node.name}_perm", np.asarray(perm, np.int32))], [y], node.name)
 
@@ -65,7 +69,7 @@ class LoweringOps:
         x, y = self._move(node)
         rank = len(self.m.tensors[x].shape)
         pairs = np.stack([pads[:rank], pads[rank:]], axis=1).astype(np.int32)
-        if rank == 4:
+        if self.nhwc4(rank):
             pairs = pairs[list(NHWC)]
         if np.any(pairs < 0):
             raise InputError(f"TFLite export: Pad {node.name!r} has negative pads")
@@ -91,8 +95,14 @@ class LoweringOps:
             b0 = min(max(b0 + d if b0 < 0 else b0, 0), d)
             f0 = min(max(f0 + d if f0 < 0 else f0, 0), d)
             begin[a], end[a], stride[a] = b0, f0, st
-        if rank == 4:
+        if self.nhwc4(rank):
             begin, end, stride = ([v[i] for i in NHWC] for v in (begin, end, stride))
+        if all(s_ == 1 for s_ in stride):  # unit steps: SLICE (begin, size)
+            size = [e - b_ for b_, e in zip(begin, end)]
+            ins = [x] + [self.m.const(f"{node.name}_{k}", np.asarray(v, np.int32))
+                         for k, v in (("begin", begin), ("size", size))]
+            self.m.op("SLICE", ins, [y], node.name)
+            return
         ins = [x] + [self.m.const(f"{node.name}_{k}", np.asarray(v, np.int32))
                      for k, v in (("begin", begin), ("end", end), ("strides", stride))]
         self.m.op("STRIDED_SLICE", ins, [y], node.name)
@@ -100,7 +110,8 @@ class LoweringOps:
     def op_split(self, node: Node) -> None:
         x = self.value(node.inputs[0], node)  # type: ignore[attr-defined]
         rank = len(self.m.tensors[x].shape)
-        axis = nhwc_axis(int(node.attrs.get("axis", 0)), rank)
+        axis = int(node.attrs.get("axis", 0)) % rank
+        axis = nhwc_axis(axis, rank) if self.nhwc4(rank) else axis
         outs = []
         src = self.m.tensors[x]
         for k, o in enumerate(node.outputs):
@@ -161,10 +172,10 @@ class LoweringOps:
             a = _const(node, 1)
             axes = None if a is None else [int(v) for v in a]
         rank = len(node.inputs[0].type.shape)  # type: ignore[union-attr]
-        if rank != 4 or axes is None or sorted(int(a) % 4 for a in axes) != [2, 3] \
-                or not node.attrs.get("keepdims", 1):
-            raise InputError(f"TFLite export: ReduceMean {node.name!r} over axes {axes} (the spatial mean of a "
-                             "4-D map with keepdims is supported)")
+        if axes is None:
+            axes = list(range(rank))
+        if not (self.nhwc4(rank) and sorted(int(a) % 4 for a in axes) == [2, 3] and node.attrs.get("keepdims", 1)):
+            return self.mean(node, [int(a) % rank for a in axes])  # type: ignore[attr-defined]
         x, y = self._move(node)
         _, h, w, _ = self.m.tensors[x].shape
         self.m.op("AVERAGE_POOL_2D", [x], [y], node.name, padding="VALID", stride_w=1, stride_h=1,
@@ -183,11 +194,11 @@ class LoweringOps:
         rank = len(self.m.tensors[x].shape)
         arr = np.asarray(slope, np.float32)
         arr = arr.reshape((1,) * (rank - arr.ndim) + arr.shape)
-        if rank == 4:
+        if self.nhwc4(rank):
             arr = arr.transpose(NHWC)
         qp = const_operand_params(arr)
         qa = np.clip(np.rint(arr / np.float32(qp.scale)) + int(qp.zero_point), -128, 127).astype(np.int8)
-        alpha = self.m.const(f"{node.name}_alpha", np.ascontiguousarray(qa[0] if rank == 4 else qa), [qp.scale],
+        alpha = self.m.const(f"{node.name}_alpha", np.ascontiguousarray(qa[0] if self.nhwc4(rank) else qa), [qp.scale],
                              [int(qp.zero_point)])
         self.m.op("PRELU", [x, alpha], [y], node.name)
 

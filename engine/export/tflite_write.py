@@ -120,9 +120,26 @@ def _options(b: flatbuffers.Builder, op: TOp) -> tuple[int, int]:
         m = _m("StridedSliceOptions")
         m.StridedSliceOptionsStart(b)
         return tflite.BuiltinOptions.StridedSliceOptions, m.StridedSliceOptionsEnd(b)
+    if code == "BATCH_MATMUL":
+        m = _m("BatchMatMulOptions")
+        m.BatchMatMulOptionsStart(b)
+        m.BatchMatMulOptionsAddAdjX(b, bool(o.get("adj_x")))
+        m.BatchMatMulOptionsAddAdjY(b, bool(o.get("adj_y")))
+        return tflite.BuiltinOptions.BatchMatMulOptions, m.BatchMatMulOptionsEnd(b)
+    if code == "MEAN":
+        m = _m("ReducerOptions")
+        m.ReducerOptionsStart(b)
+        m.ReducerOptionsAddKeepDims(b, bool(o.get("keep_dims")))
+        return tflite.BuiltinOptions.ReducerOptions, m.ReducerOptionsEnd(b)
+    if code == "GELU":
+        m = _m("GeluOptions")
+        m.GeluOptionsStart(b)
+        m.GeluOptionsAddApproximate(b, bool(o.get("approximate")))
+        return tflite.BuiltinOptions.GeluOptions, m.GeluOptionsEnd(b)
     simple = {"PAD": "PadOptions", "TRANSPOSE": "TransposeOptions", "QUANTIZE": "QuantizeOptions", "DEQUANTIZE": "DequantizeOptions",
               "HARD_SWISH": "HardSwishOptions", "MAXIMUM": "MaximumMinimumOptions",
-              "MINIMUM": "MaximumMinimumOptions"}
+              "MINIMUM": "MaximumMinimumOptions", "SLICE": "SliceOptions",
+              "SQUARED_DIFFERENCE": "SquaredDifferenceOptions"}
     if code in simple:
         name = simple[code]
         m = _m(name)

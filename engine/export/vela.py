@@ -37,6 +37,7 @@ class VelaResult:
     cpu_ops: int = 0
     npu_ops: int = 0
     cpu_reasons: list[str] = field(default_factory=list)
+    cpu_operators: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def total_cycles(self) -> int:
@@ -52,6 +53,7 @@ class VelaResult:
         """plan.json's ``vela`` section: vela's figures beside ours."""
         doc = {"total_cycles": self.total_cycles, "latency_us": round(self.latency_us, 3),
                "npu_ops": self.npu_ops, "cpu_ops": self.cpu_ops, "cpu_reasons": self.cpu_reasons,
+               "cpu_operators": self.cpu_operators,
                "accelerator": self.summary.get("accelerator_configuration"),
                "system_config": self.summary.get("system_config"), "memory_mode": self.summary.get("memory_mode"),
                "layers": self.layers}
@@ -115,15 +117,19 @@ def _parse(files: dict[str, bytes], model: TModel, log: str) -> VelaResult:
     m_cpu = re.search(r"CPU operators = (\d+)", log)
     m_npu = re.search(r"NPU operators = (\d+)", log)
     reasons: list[str] = []
+    cpu_operators: list[dict[str, Any]] = []
     lines = log.splitlines()
     for k, ln in enumerate(lines):
         # vela 5: "Warning (supported operators) operator: OP, ofm: 'NAME'" then "Reason: ..."
         if ln.startswith("Warning (supported operators)") or "placing on cpu" in ln.lower():
             why = next((w.strip() for w in lines[k + 1:k + 3] if w.strip().startswith(("Reason:", "- "))), "")
             reasons.append(ln.strip() + (f" {why}" if why else ""))
-    reasons = reasons[:50]
+            m = re.search(r"operator: (\w+), ofm: '([^']*)'", ln)
+            if m:
+                cpu_operators.append({"op": m.group(1), "tensor": m.group(2), "node": node_of.get(m.group(2)),
+                                      "reason": why.removeprefix("Reason:").strip()})
     return VelaResult(files, summary, layers, int(m_cpu.group(1)) if m_cpu else 0,
-                      int(m_npu.group(1)) if m_npu else 0, reasons)
+                      int(m_npu.group(1)) if m_npu else 0, reasons, cpu_operators)
 
 
 def node_cycles(result: VelaResult) -> dict[str, int]:

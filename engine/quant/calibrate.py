@@ -7,17 +7,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.errors import InputError, InternalError
+from engine.errors import Cancelled, InputError, InternalError
 from engine.ir.graph import Graph, Node
 from engine.quant.config import QuantConfig, quant_spec
 from engine.quant.data import CalibrationSet
 from engine.quant.observers import HistogramObserver, MinMaxObserver, NonFiniteError, Observer
 
 Progress = Callable[[int, int], None]
-
-
-class Cancelled(Exception):
-    """Long work stopped because the user asked (the cancel callback returned True)."""
 
 
 # Activations that an NPU applies in the epilogue of the op that produces their input.

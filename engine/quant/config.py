@@ -21,7 +21,11 @@ def quant_spec(node: Any) -> QuantSpec | None:
 
 # Ops whose inputs (and outputs) get quantized, the ones an integer NPU executes natively: each
 # op's OpSpec says so (nodes/, ``quant = QuantSpec(...)``).
-QUANTIZABLE_OPS = frozenset(s.op_type for s in registry.all_specs() if s.quant is not None and not s.domain)
+TFLITE_ONLY_OPS = frozenset({"Pow"})
+"""Ops quantized only when the target exports TFLite (which has their int8 forms: Pow by 2 and
+-0.5 are MUL and RSQRT); other NPUs keep them float."""
+QUANTIZABLE_OPS = frozenset(s.op_type for s in registry.all_specs()
+                            if s.quant is not None and not s.domain) - TFLITE_ONLY_OPS
 
 
 @dataclass(frozen=True)

@@ -151,13 +151,18 @@ def refuse_activations(src: Graph, g: Graph) -> Graph:
 
     The ONNX writer writes a fused activation out as its own nodes after a ``<output>_preact``
     value; without fusing them back, an opset raise (int16 needs opset 21) would leave those
-    activations as separate, uncalibrated ops. ``src`` is at the fixed point of the
-    fuse_activation pass, so running it again restores exactly its fusions.
+    activations as separate, uncalibrated ops. Only the activation types ``src`` carries fused
+    are fused again: ``src`` is at the fixed point of the fuse_activation pass for those, and a
+    type it keeps apart (TFLite mode keeps HardSwish, Sigmoid ... as ops of their own) stays
+    apart, so no value the analysis compares disappears.
     """
-    if any(n.activation for n in src.all_nodes()):
+    fused = {n.activation.op_type for n in src.all_nodes() if n.activation}
+    if fused:
+        from engine.ir.fused import FUSABLE_ACTIVATIONS
         from engine.passes.fuse_activation import activation_pass
 
-        g = activation_pass().run(g).graph
+        kept_apart = tuple(f"fuse_activation.{a.lower()}" for a in FUSABLE_ACTIVATIONS if a not in fused)
+        g = activation_pass(kept_apart).run(g).graph
     metas = {n.name: n.meta for n in src.all_nodes()}
     for dst in g.all_nodes():
         if dst.name in metas:

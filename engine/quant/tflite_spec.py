@@ -40,9 +40,14 @@ NON_FUSABLE = ("hardswish", "sigmoid", "tanh", "leakyrelu", "silu")
 """Activations TFLite cannot fuse into CONV_2D/FULLY_CONNECTED (it fuses RELU, RELU6, RELU_N1_TO_1)."""
 
 
-def disabled_fusions() -> tuple[str, ...]:
-    """Optimizer rules to switch off so the activations above stay separate, calibrated ops."""
-    return tuple(f"fuse_activation.{a}" for a in NON_FUSABLE)
+def disabled_fusions(float_layernorm: bool = False) -> tuple[str, ...]:
+    """Optimizer rules to switch off so the activations above stay separate, calibrated ops, and
+    a decomposed LayerNorm stays decomposed: each of its steps is then calibrated and becomes an
+    int8 TFLite op vela runs (MEAN, SUB, MUL, ADD, RSQRT), where a fused LayerNormalization has
+    no int8 TFLite form at all. ``float_layernorm`` (--allow-float-ops) keeps the fusion: the
+    LayerNormalization then stays a float island, more accurate, on the CPU."""
+    acts = tuple(f"fuse_activation.{a}" for a in NON_FUSABLE)
+    return acts if float_layernorm else (*acts, "fuse_layernorm")
 
 
 def fixed_params(op_type: str) -> QuantParams | None:
@@ -124,5 +129,32 @@ def divisions_to_multiplications(graph: Graph) -> int:
         graph.remove_node(node)
         if not c.uses() and not c.is_graph_output:
             graph.remove_initializer(c.name)
+        count += 1
+    return count
+
+
+def sqrt_divisions_to_rsqrt(graph: Graph) -> int:
+    """Rewrite Div(x, Sqrt(v)) as Mul(x, Pow(v, -0.5)) in place (a decomposed LayerNorm's
+    normalization; TFLite has an int8 RSQRT that vela runs, no int8 SQRT or DIV); returns how
+    many were rewritten."""
+    count = 0
+    for node in list(graph.toposort()):
+        if node.op_type != "Div" or node.domain or len(node.inputs) != 2 or node.outputs[0] is None:
+            continue
+        sq = node.inputs[1].producer() if node.inputs[1] is not None else None
+        if sq is None or sq.op_type != "Sqrt" or sq.domain or len(node.inputs[1].uses()) != 1 \
+                or node.inputs[1].is_graph_output:
+            continue
+        v = sq.inputs[0]
+        half = graph.add_initializer(f"{sq.name}_minus_half", np.asarray(-0.5, np.float32))
+        pw = graph.make_node("Pow", [v, half], name=graph.unique_name(f"{sq.name}_as_rsqrt"),
+                             output_names=[f"{sq.outputs[0].name}_rsqrt"])
+        pw.outputs[0].type = sq.outputs[0].type
+        mul = graph.make_node("Mul", [node.inputs[0], pw.outputs[0]], name=graph.unique_name(f"{node.name}_as_Mul"),
+                              output_names=[f"{node.outputs[0].name}_mul"])
+        mul.outputs[0].type = node.outputs[0].type
+        node.outputs[0].replace_all_uses_with(mul.outputs[0])
+        graph.remove_node(node)
+        graph.remove_node(sq)
         count += 1
     return count

@@ -39,6 +39,12 @@ def _mq(values: list[float]) -> tuple[np.ndarray, np.ndarray]:
     return np.array([p[0] for p in pairs], np.int64), np.array([p[1] for p in pairs], np.int64)
 
 
+def _round_away(v: np.ndarray) -> np.ndarray:
+    """TfLiteRound: half away from zero, as int64."""
+    v = np.asarray(v, np.float64)
+    return (np.sign(v) * np.floor(np.abs(v) + 0.5)).astype(np.int64)
+
+
 def _act_range(act: str, t: TTensor) -> tuple[int, int]:
     """LiteRT's CalculateActivationRangeQuantized."""
     s, z = t.scalar_scale(), t.scalar_zp()
@@ -199,13 +205,22 @@ class TfliteSimulator:
         lo, hi = _act_range(op.options.get("activation", "NONE"), y)
         return np.clip(self.mbqm(xa + sign * xb, mo, sho) + y.scalar_zp(), lo, hi).astype(np.int8)
 
+    def _float(self, op: TOp) -> bool:
+        return self.t(op, 0, out=True).dtype == "float32"
+
     def k_add(self, op: TOp, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        if self._float(op):
+            return (a.astype(np.float32) + b.astype(np.float32)).astype(np.float32)
         return self._add_sub(op, a, b, 1)
 
     def k_sub(self, op: TOp, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        if self._float(op):
+            return (a.astype(np.float32) - b.astype(np.float32)).astype(np.float32)
         return self._add_sub(op, a, b, -1)
 
     def k_mul(self, op: TOp, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        if self._float(op):
+            return (a.astype(np.float32) * b.astype(np.float32)).astype(np.float32)
         ta, tb, y = self.t(op, 0), self.t(op, 1), self.t(op, 0, out=True)
         real = np.float64(ta.scalar_scale()) * np.float64(tb.scalar_scale()) / np.float64(y.scalar_scale())
         (m,), (s,) = _mq([real])
@@ -220,7 +235,72 @@ class TfliteSimulator:
         return np.clip(self.mbqm(x.astype(np.int64) - tx.scalar_zp(), m, s) + y.scalar_zp(), lo, hi).astype(np.int8)
 
     def k_quantize(self, op: TOp, x: np.ndarray) -> np.ndarray:
+        if self.t(op, 0).dtype == "float32":  # LiteRT's AffineQuantize: round(x / scale) + zp
+            y = self.t(op, 0, out=True)
+            q = _round_away(x.astype(np.float32) / np.float32(y.scalar_scale())) + y.scalar_zp()
+            return np.clip(q, QMIN, QMAX).astype(np.int8)
         return self._requant(op, x)
+
+    def k_dequantize(self, op: TOp, x: np.ndarray) -> np.ndarray:
+        tx = self.t(op, 0)
+        return (np.float64(tx.scalar_scale()) * (x.astype(np.float64) - tx.scalar_zp())).astype(np.float32)
+
+    def k_squared_difference(self, op: TOp, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        d = a.astype(np.float32) - b.astype(np.float32)
+        return (d * d).astype(np.float32)
+
+    def k_rsqrt(self, op: TOp, x: np.ndarray) -> np.ndarray:
+        if self._float(op):
+            return (np.float32(1) / np.sqrt(x.astype(np.float32))).astype(np.float32)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return self._lut(op, x, lambda v: np.float32(1) / np.sqrt(v))
+
+    def k_mean(self, op: TOp, x: np.ndarray, axes: np.ndarray) -> np.ndarray:
+        ax = tuple(sorted(int(a) % x.ndim for a in np.ravel(axes)))
+        n = int(np.prod([x.shape[a] for a in ax]))
+        if self._float(op):
+            moved = np.moveaxis(x.astype(np.float32), ax, tuple(range(x.ndim - len(ax), x.ndim)))
+            flat = moved.reshape((*moved.shape[:x.ndim - len(ax)], n))
+            total = np.cumsum(flat, axis=-1, dtype=np.float32)[..., -1]  # sequential, as the kernel adds
+            out = (total / np.float32(n)).astype(np.float32)
+        else:  # LiteRT's QuantizedMeanOrSum: the multiplier of in/out scale, divided by n in fixed point
+            tx, y = self.t(op, 0), self.t(op, 0, out=True)
+            total = x.astype(np.int64).sum(axis=ax) - tx.scalar_zp() * n
+            mult, shift = quantize_multiplier(float(np.float64(tx.scalar_scale()) / np.float64(y.scalar_scale())))
+            k = min(n.bit_length() - 1, 32, 31 + shift)
+            mult, shift = (mult << k) // n, shift - k
+            q = self.mbqm(total, np.int64(mult), np.int64(shift)) + y.scalar_zp()
+            out = np.clip(q, QMIN, QMAX).astype(np.int8)
+        return out.reshape(self.t(op, 0, out=True).shape)
+
+    def k_batch_matmul(self, op: TOp, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """LiteRT's int8 BATCH_MATMUL: int32 sums of (a - za) * (b - zb), one requantization."""
+        ta, tb, y = self.t(op, 0), self.t(op, 1), self.t(op, 0, out=True)
+        if op.options.get("adj_x"):
+            a = np.swapaxes(a, -1, -2)
+        if op.options.get("adj_y"):
+            b = np.swapaxes(b, -1, -2)
+        acc = np.matmul(a.astype(np.float64) - ta.scalar_zp(), b.astype(np.float64) - tb.scalar_zp()).astype(np.int64)
+        real = np.float64(ta.scalar_scale()) * np.float64(tb.scalar_scale()) / np.float64(y.scalar_scale())
+        (m,), (sh,) = _mq([real])
+        return np.clip(self.mbqm(acc, m, sh) + y.scalar_zp(), QMIN, QMAX).astype(np.int8)
+
+    def k_gelu(self, op: TOp, x: np.ndarray) -> np.ndarray:
+        import math
+
+        if op.options.get("approximate"):
+            def fn(v: np.ndarray) -> np.ndarray:
+                c = np.float32(math.sqrt(2.0 / math.pi))
+                return np.float32(0.5) * v * (np.float32(1) + np.tanh(c * (v + np.float32(0.044715) * v * v * v)))
+        else:
+            def fn(v: np.ndarray) -> np.ndarray:
+                erf = np.array([math.erf(float(t) * math.sqrt(0.5)) for t in v], np.float32)
+                return np.float32(0.5) * v * (np.float32(1) + erf)
+        return self._lut(op, x, fn)
+
+    def k_slice(self, op: TOp, x: np.ndarray, begin: np.ndarray, size: np.ndarray) -> np.ndarray:
+        return x[tuple(slice(int(b), int(b) + (int(n) if n >= 0 else d - int(b)))
+                       for b, n, d in zip(begin, size, x.shape))]
 
     def k_relu(self, op: TOp, x: np.ndarray) -> np.ndarray:
         return self._requant(op, x, "RELU")

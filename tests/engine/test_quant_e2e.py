@@ -197,3 +197,20 @@ def test_low_output_sqnr_is_one_warning_naming_the_layer_and_the_fix(tmp_path):
     assert [d["code"] for d in doc["diagnostics"]] == ["low-sqnr"]
     rc, _, err = run_cli([*args, "--method", "percentile"])  # the fix it names removes the warning
     assert rc == 0 and "warning:" not in err, err
+
+
+def test_raising_a_layer_on_a_tflite_target_keeps_the_activations_it_does_not_fuse():
+    """An int16 raise rebuilds the model at opset 21; fusing activations back must not fuse the
+    HardSwish that TFLite mode keeps as its own op (its input would vanish from the analysis)."""
+    import dataclasses
+
+    from engine.compiler import CompileOptions, compile_model
+
+    g = engine.load(demo_model("mobilenet_demo"))
+    data = load_calibration(ASSETS / "data" / "mobilenet_calib.npz", g).take(4)
+    first = compile_model(g, "ethos-u55", data, CompileOptions(analysis_samples=2))
+    hswish = next(n for n in first.quant.model.node_precision if "HardSwish" in n)
+    quant = dataclasses.replace(first.options.quant, precision={hswish: "int16"})
+    raised = compile_model(g, "ethos-u55", data, CompileOptions(analysis_samples=2, quant=quant))
+    assert raised.quant.model.node_precision[hswish] == "int16"
+    assert {le.node for le in raised.quant.analysis.layers} == {le.node for le in first.quant.analysis.layers}

@@ -170,3 +170,107 @@ def test_vela_says_why_it_keeps_an_op_on_the_cpu():
     v = run_vela(export_bytes(r.tflite), r.tflite, target.vela, target.name)
     assert v.cpu_ops == 1
     assert len(v.cpu_reasons) == 1 and "RESIZE_BILINEAR" in v.cpu_reasons[0] and "scale-factor" in v.cpu_reasons[0]
+
+
+def _gelu_nodes(src: str, dst: str) -> list[onnx.NodeProto]:
+    """Gelu as torch exports it (x * 0.5 * (1 + erf(x / sqrt 2))); the optimizer fuses it."""
+    return [helper.make_node("Div", [src, "sqrt2"], ["gd"]), helper.make_node("Erf", ["gd"], ["ge"]),
+            helper.make_node("Add", ["ge", "one"], ["ga"]), helper.make_node("Mul", [src, "ga"], ["gm"]),
+            helper.make_node("Mul", ["gm", "half"], [dst])]
+
+
+_HEADS = [_c("s_heads", [1, 8, 2, 8]), _c("s_back", [1, 8, 16])]
+# name: (nodes reading "a" [1, 8, 16] and writing "b", extra initializers, last axis of b, --allow-float-ops)
+SEQ_CASES = {
+    "fully_connected_rank3": ([helper.make_node("Relu", ["a"], ["b"])], [], 16, False),
+    "batch_matmul_attention": ([
+        helper.make_node("Reshape", ["a", "s_heads"], ["h"]),
+        helper.make_node("Transpose", ["h"], ["q"], perm=[0, 2, 1, 3]),
+        helper.make_node("Transpose", ["h"], ["kt"], perm=[0, 2, 3, 1]),
+        helper.make_node("MatMul", ["q", "kt"], ["s"]),
+        helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "q"], ["o"]),
+        helper.make_node("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["ot", "s_back"], ["b"])], _HEADS, 16, False),
+    "mean_last_axis": ([helper.make_node("ReduceMean", ["a"], ["m"], axes=[-1], keepdims=1),
+                        helper.make_node("Sub", ["a", "m"], ["b"])], [], 16, False),
+    "mean_sequence_axis": ([helper.make_node("ReduceMean", ["a"], ["b"], axes=[1], keepdims=0)], [], 16, False),
+    "slice_unit_steps": ([helper.make_node("Slice", ["a", "st", "en", "ax"], ["b"])],
+                         [_c("st", [4]), _c("en", [12]), _c("ax", [2])], 8, False),
+    "gelu": (_gelu_nodes("a", "b"), [numpy_helper.from_array(np.float32(np.sqrt(2)), "sqrt2"),
+                                     numpy_helper.from_array(np.float32(1), "one"),
+                                     numpy_helper.from_array(np.float32(0.5), "half")], 16, False),
+    "layer_norm_decomposed_int8": ([
+        helper.make_node("ReduceMean", ["a"], ["lm"], axes=[-1]), helper.make_node("Sub", ["a", "lm"], ["ld"]),
+        helper.make_node("Pow", ["ld", "two"], ["lp"]), helper.make_node("ReduceMean", ["lp"], ["lv"], axes=[-1]),
+        helper.make_node("Add", ["lv", "eps"], ["le"]), helper.make_node("Sqrt", ["le"], ["ls"]),
+        helper.make_node("Div", ["ld", "ls"], ["ln"]), helper.make_node("Mul", ["ln", "ln_g"], ["lg"]),
+        helper.make_node("Add", ["lg", "ln_b"], ["b"])],
+        [numpy_helper.from_array(np.float32(2), "two"), numpy_helper.from_array(np.float32(1e-5), "eps"),
+         _w("ln_g", 16, scale=1.0), _w("ln_b", 16, scale=0.2)], 16, False),
+    "layer_norm_float_island": ([helper.make_node("LayerNormalization", ["a", "ln_g", "ln_b"], ["b"], axis=-1)],
+                                [_w("ln_g", 16, scale=1.0), _w("ln_b", 16, scale=0.2)], 16, True),
+}
+
+
+def _seq_model(case: str) -> onnx.ModelProto:
+    nodes, inits, width, _ = SEQ_CASES[case]
+    first = [helper.make_node("MatMul", ["x", "w0"], ["a0"]), helper.make_node("Add", ["a0", "b0"], ["a"])]
+    inits = [_w("w0", 16, 16, scale=0.3), _w("b0", 16, scale=0.1), _w("wl", width, 6, scale=0.3), *inits]
+    last = [helper.make_node("MatMul", ["b", "wl"], ["y"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    g = helper.make_graph(first + nodes + last, case, [x], [y], inits)
+    model = onnx.shape_inference.infer_shapes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    model.graph.output[0].type.tensor_type.shape.CopyFrom(
+        onnx.shape_inference.infer_shapes(model).graph.output[0].type.tensor_type.shape)
+    return model
+
+
+@pytest.mark.parametrize("case", sorted(SEQ_CASES))
+def test_sequence_ops_in_litert_equal_our_simulation_and_follow_the_onnx_model(case):
+    proto = _seq_model(case)
+    xs = RNG.uniform(-1, 1, (24, 1, 8, 16)).astype(np.float32)
+    r = compile_model(engine.load(proto), "ethos-u55", CalibrationSet.from_arrays(case, {"x": xs}),
+                      CompileOptions(quant=QuantConfig(method="minmax"), analysis_samples=0, require_tflite=True,
+                                     allow_float_ops=SEQ_CASES[case][3]))
+    tm = r.tflite
+    opcodes = {o.opcode for o in tm.ops}
+    expected = {"fully_connected_rank3": "FULLY_CONNECTED", "batch_matmul_attention": "BATCH_MATMUL",
+                "mean_last_axis": "MEAN", "mean_sequence_axis": "MEAN", "slice_unit_steps": "SLICE",
+                "gelu": "GELU", "layer_norm_decomposed_int8": "RSQRT", "layer_norm_float_island": "DEQUANTIZE"}[case]
+    assert expected in opcodes, opcodes
+    floats = [t.name for t in tm.tensors if t.dtype == "float32"]
+    assert bool(floats) == SEQ_CASES[case][3], floats  # float tensors only inside --allow-float-ops islands
+    it = litert.Interpreter(model_content=export_bytes(tm),
+                            experimental_op_resolver_type=litert.OpResolverType.BUILTIN_REF)
+    it.allocate_tensors()
+    sim = TfliteSimulator(tm)
+    fp = ort.InferenceSession(proto.SerializeToString())
+    out = tm.tensors[tm.outputs[0]].name
+    equal = total = 0
+    ref, got = [], []
+    for i in range(8):
+        q = quantize_input(tm, "x", xs[i])
+        it.set_tensor(it.get_input_details()[0]["index"], q)
+        it.invoke()
+        theirs = it.get_tensor(it.get_output_details()[0]["index"])
+        ours = sim.run({"x": q})[out]
+        equal += int(np.sum(ours == theirs))
+        total += ours.size
+        ref.append(fp.run(None, {"x": xs[i]})[0])
+        got.append(dequantize_output(tm, out, theirs))
+    assert equal / total >= 0.999, f"{case}: {equal}/{total} equal"
+    ref_a, got_a = np.concatenate(ref).ravel(), np.concatenate(got).ravel()
+    cos = float(ref_a @ got_a / (np.linalg.norm(ref_a) * np.linalg.norm(got_a) + 1e-12))
+    assert cos > 0.98, f"{case}: cosine {cos:.4f} between LiteRT and the FP32 model"
+
+
+def test_without_allow_float_ops_layer_normalization_is_an_error_naming_it_and_the_flag():
+    from engine.errors import InputError
+
+    proto = _seq_model("layer_norm_float_island")
+    xs = RNG.uniform(-1, 1, (8, 1, 8, 16)).astype(np.float32)
+    with pytest.raises(InputError, match=r"LayerNormalization.*--allow-float-ops"):
+        compile_model(engine.load(proto), "ethos-u55", CalibrationSet.from_arrays("ln", {"x": xs}),
+                      CompileOptions(quant=QuantConfig(method="minmax"), analysis_samples=0, require_tflite=True))
