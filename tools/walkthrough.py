@@ -152,14 +152,16 @@ class Session:
 
     def settle(self, seconds: float = 0.6) -> dict:
         """Wait ``seconds``, then until the canvas stops moving (node rectangles unchanged over
-        three reads); the fresh state, to aim at."""
+        eight reads, about 1.2 s: a large graph scrolls to a dropped node late); the fresh
+        state, to aim at."""
         time.sleep(seconds)
+        self.wait_state("the analysis to finish", lambda s: s.get("analysis_state") != "running", 180)
         seen: list = []
 
         def still():
             s = self.state()
             seen.append(json.dumps([(n["name"], n["rect"]) for n in s.get("nodes", [])]))
-            return s if len(seen) >= 3 and len(set(seen[-3:])) == 1 else None
+            return s if len(seen) >= 8 and len(set(seen[-8:])) == 1 else None
 
         return self.wait("the canvas to stop moving", still, 20)  # type: ignore[return-value]
 
