@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,15 @@ from app.panels.target_panel import TargetPanel
 log = logging.getLogger(__name__)
 
 
+_CLI_SHAPE_FIX = re.compile(r"fix it with --shape \S+")
+
+
+def gui_wording(message: str) -> str:
+    """The engine's message in the editor's terms: its CLI remedy (``--shape x=...``) becomes the
+    menu item that does the same here."""
+    return _CLI_SHAPE_FIX.sub("set it in View > Input Shapes… (Ctrl+Shift+I)", message)
+
+
 def _menu(window: QMainWindow, title: str) -> QMenu | None:
     for act in window.menuBar().actions():
         m = act.menu()
@@ -46,6 +56,7 @@ class AnalysisDock(QObject):
     def __init__(self, window: QMainWindow) -> None:
         super().__init__(window)
         self.window = window
+        self._failure_note = ""  # the status-bar line of the last failed analysis, while shown
         self.controller = AnalysisController(self)
         self.charts = ChartsPanel(window)
         self.compile_panel = CompilePanel(window)
@@ -206,13 +217,19 @@ class AnalysisDock(QObject):
                 scene.selectionChanged.connect(self._on_canvas_selection_changed)
 
     def _on_state_changed(self, state: str, message: str) -> None:
+        message = gui_wording(message)
         running = state == "running"
         self.cancel_button.setEnabled(running)
         if not running:
             self.progress.setValue(0)
         self.charts.show_state(state, message)
+        bar = self.window.statusBar()
         if state == "failed":
-            self.window.statusBar().showMessage(f"analysis: {message}", 10000)
+            self._failure_note = f"analysis: {message}"
+            bar.showMessage(self._failure_note, 10000)
+        elif self._failure_note and bar.currentMessage() == self._failure_note:
+            bar.clearMessage()  # the edit that fixed it is in; the old complaint must not outlive it
+            self._failure_note = ""
 
     def _on_cleared(self) -> None:
         self.charts.show_empty("compiling the new model…")

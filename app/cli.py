@@ -76,6 +76,9 @@ def cmd_gui(args: argparse.Namespace, out: Out) -> int:
 
     app = QApplication.instance() or make_app()
     win = MainWindow(recovery_dir=recovery_dir())
+    from app.walkthrough_probe import install_if_asked
+
+    install_if_asked(win)  # NPU_STUDIO_WALKTHROUGH: the window's state as JSON for tools/walkthrough.py
     if args.calib and getattr(win, "analysis", None) is not None:
         win.analysis.controller.calibration_for_next = args.calib
     win.show()

@@ -92,6 +92,14 @@ def place_graph(graph: Graph, target: Any) -> PlacementOutcome:
 
     if target is None:
         return PlacementOutcome()
+    from app.shape_dialog import dynamic_inputs
+
+    dynamic = [name for name, _dims in dynamic_inputs(graph)]
+    if dynamic:
+        # Not a CPU fallback: nothing can be placed until the shapes are known (issue 17 item 2).
+        return PlacementOutcome(diagnostics=[Diagnostic(
+            WARNING, None, "shapes-unset", f"not placed: input {', '.join(dynamic)} has dynamic dimensions; "
+            "set them in View > Input Shapes… (Ctrl+Shift+I)")])
     try:
         result = place(graph, target)
     except Exception as exc:  # an edited graph may be anything; show why instead of crashing

@@ -129,9 +129,12 @@ def cast_array(x: np.ndarray, dt: np.dtype, saturate: bool = True, round_mode: s
                 return xs.astype(np.float32).astype(dt)
             return xs.astype(np.int64).astype(dt)  # integers wrap around, as ONNX specifies
         xf = x if src in _STD_FLOATS else _to_std(x)
-        if not _is_ext_float(dt):  # float -> int4 / int2: truncate, then wrap around
-            with np.errstate(invalid="ignore"):
-                return xf.astype(np.int64).astype(dt)
+        if not _is_ext_float(dt):  # float -> int4 / int2
+            # ONNX leaves an out-of-range float -> integer cast undefined; in range it truncates.
+            # Out of range we do what ml_dtypes does, which is what onnx's reference evaluator
+            # does too (ml_dtypes 0.6 wraps around, 0.7 gives 0), so the two always agree.
+            with np.errstate(invalid="ignore", over="ignore"):
+                return xf.astype(dt)
         if saturate and name in _SATURATING_F8:
             import ml_dtypes
 

@@ -28,7 +28,7 @@ from app.canvas.group_item import GroupItem, provenance_of
 from app.canvas.layout import LayoutResult
 from app.canvas.node_item import IOItem, NodeItem, _PortedItem
 from app.canvas.overview_item import OverviewItem
-from app.canvas.port_item import PortItem
+from app.canvas.port_item import PORT_HIT, PortItem
 from app.canvas.snapshot import GraphSnapshot
 from app.placement import NodeStatus
 from app.runtime import collections_paused
@@ -425,7 +425,17 @@ class GraphScene(QGraphicsScene):
             e.refresh()
 
     def mousePressEvent(self, event: QGraphicsSceneMouseEvent) -> None:
+        # Port items are made on a node's first hover; a press that lands on a port before any
+        # hover reached its node (the pointer came from outside the node's outline, where half
+        # of each port's hit square lies) must still start a wire, not select the edge below.
+        self._ensure_ports_near(event.scenePos(), PORT_HIT)
         super().mousePressEvent(event)
+
+    def _ensure_ports_near(self, pos: QPointF, radius: float) -> None:
+        """Make the port items of the nodes within ``radius`` of ``pos`` (see ``ensure_ports``)."""
+        for it in self.items(QRectF(pos.x() - radius, pos.y() - radius, 2 * radius, 2 * radius)):
+            if isinstance(it, _PortedItem):
+                it.ensure_ports()
         self._press_pos = {it.key: it.pos() for it in self.selectedItems() if isinstance(it, _PortedItem)}
 
     def mouseMoveEvent(self, event: QGraphicsSceneMouseEvent) -> None:
@@ -500,6 +510,8 @@ class GraphScene(QGraphicsScene):
         """The node input under ``pos``: the nearest input port within PORT_SNAP pixels (an
         occupied port too: the drop replaces its edge), or the nearest free input of a node."""
         snap = PORT_SNAP
+        # A wire's drag grabs the mouse, so no node under it was hovered and made its port items.
+        self._ensure_ports_near(pos, snap + PORT_HIT)
         near = [it for it in self.items(QRectF(pos.x() - snap, pos.y() - snap, 2 * snap, 2 * snap))
                 if isinstance(it, PortItem) and it.is_input and isinstance(it.owner, NodeItem)]
         if near:
