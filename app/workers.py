@@ -19,6 +19,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
 
+from app.runtime import collections_paused
 from engine.errors import Cancelled, ExecutionError, InputError, ModelError
 
 log = logging.getLogger(__name__)
@@ -100,7 +101,12 @@ class Task(QRunnable):
     def run(self) -> None:
         _lower_priority()
         try:
-            result = self.fn(self.control, *self.args)
+            # No cyclic collection while a worker runs: one started on this thread would free
+            # unreachable Qt wrappers here, off the GUI thread, and deadlock with a GUI thread
+            # that holds Qt's locks while waiting for the GIL (seen: a chart's setYRange vs an
+            # executor plan). Collections resume when no task runs (app/runtime.py).
+            with collections_paused():
+                result = self.fn(self.control, *self.args)
             self.result = result
         except Cancelled:
             self.signals.cancelled.emit()
