@@ -153,9 +153,16 @@ def test_cast_float8_saturate_and_strings():
     np.testing.assert_array_equal(cast_array(np.array(["42", "-7"], dtype=object), np.dtype(np.int8)), [42, -7])
 
 
-def test_cast_to_int4_wraps_and_e8m0_rounds_up():
-    y = cast_array(np.array([-9.0, 7.0, 8.0], np.float32), np.dtype(ml_dtypes.int4))
-    np.testing.assert_array_equal(y.astype(np.int8), [7, 7, -8])
+def test_cast_to_int4_truncates_in_range_wraps_integers_and_e8m0_rounds_up():
+    y = cast_array(np.array([-7.9, 7.0, 3.5, -0.5], np.float32), np.dtype(ml_dtypes.int4))
+    np.testing.assert_array_equal(y.astype(np.int8), [-7, 7, 3, 0])
+    # integers out of range wrap (ONNX: discard higher bits); floats out of range are undefined in
+    # ONNX and follow ml_dtypes, as onnx's reference evaluator does
+    w = cast_array(np.array([-9, 8, 20], np.int64), np.dtype(ml_dtypes.int4))
+    np.testing.assert_array_equal(w.astype(np.int8), [7, -8, 4])
+    oor = np.array([-9.0, 8.0], np.float32)
+    np.testing.assert_array_equal(cast_array(oor, np.dtype(ml_dtypes.int4)).astype(np.int8),
+                                  oor.astype(ml_dtypes.int4).astype(np.int8))
     e = cast_array(np.array([0.124, 1.1, 4.0], np.float32), np.dtype(ml_dtypes.float8_e8m0fnu))
     np.testing.assert_array_equal(e.astype(np.float32), [0.125, 2.0, 4.0])
 
