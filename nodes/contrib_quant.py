@@ -478,16 +478,10 @@ class DynamicQuantizeLSTMSpec(LSTMSpec):
 
     def _dims(self, ctx: NodeContext) -> tuple[Any, Any, Any, int, Any]:
         """(seq, batch, input, num_directions, hidden) with W stored transposed."""
-        from nodes.recurrent import _num_dir
+        from nodes.recurrent import _num_dir, sequence_dims
 
-        nd = _num_dir(ctx.attrs["direction"])
-        xs = ctx.shape(0)
-        seq = batch = inp = None
-        if xs is not None:
-            if len(xs) != 3:
-                raise OpError(f"{self.op_type}: X must be 3-D, got shape {tuple(xs)}")
-            seq, batch, inp = (xs[1], xs[0], xs[2]) if ctx.attrs["layout"] else tuple(xs)
-        return seq, batch, inp, nd, self._hidden(ctx)
+        seq, batch, inp = sequence_dims(ctx, self.op_type)
+        return seq, batch, inp, _num_dir(ctx.attrs["direction"]), self._hidden(ctx)
 
     def reference(self, ctx: RunContext, x: np.ndarray, w: np.ndarray, r: np.ndarray,
                   b: np.ndarray | None = None, lens: np.ndarray | None = None, h0: np.ndarray | None = None,

@@ -99,6 +99,16 @@ def _run_direction(xw: np.ndarray, lens: np.ndarray | None, reverse: bool, state
     return y, state
 
 
+def sequence_dims(ctx: NodeContext, op_type: str) -> tuple[Dim, Dim, Dim]:
+    """(seq, batch, input) of a recurrent op's X (layout 1 stores batch first)."""
+    xs = ctx.shape(0)
+    if xs is None:
+        return None, None, None
+    if len(xs) != 3:
+        raise OpError(f"{op_type}: X must be 3-D, got shape {tuple(xs)}")
+    return (xs[1], xs[0], xs[2]) if ctx.attrs["layout"] else tuple(xs)
+
+
 class _RecurrentSpec(OpSpec):
     """Shared ports, attributes, inference and driver of LSTM/GRU/RNN."""
 
@@ -133,12 +143,7 @@ class _RecurrentSpec(OpSpec):
     def _dims(self, ctx: NodeContext) -> tuple[Dim, Dim, Dim, int, Dim]:
         """(seq, batch, input, num_directions, hidden)."""
         nd = _num_dir(ctx.attrs["direction"])
-        xs = ctx.shape(0)
-        seq = batch = inp = None
-        if xs is not None:
-            if len(xs) != 3:
-                raise OpError(f"{self.op_type}: X must be 3-D, got shape {tuple(xs)}")
-            seq, batch, inp = (xs[1], xs[0], xs[2]) if ctx.attrs["layout"] else tuple(xs)
+        seq, batch, inp = sequence_dims(ctx, self.op_type)
         ws = ctx.shape(1)
         hid = self._hidden(ctx)
         if ws is not None and len(ws) == 3:
