@@ -508,19 +508,11 @@ class DynamicQuantizeLSTMSpec(LSTMSpec):
             pd = p[d].astype(np.float32) if p is not None else None
 
             def step(xt: np.ndarray, state: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+                from nodes.recurrent import lstm_cell
+
                 hp, cp = state
-                gt = xt + _qgemm_float(hp, rq, rz, rs)
-                gi, go, gf, gc = (gt[:, k * hid:(k + 1) * hid] for k in range(4))
-                if pd is not None:
-                    gi = gi + pd[:hid] * cp
-                    gf = gf + pd[2 * hid:] * cp
-                i = f(clipf(gi))
-                fg = 1 - i if coupled else f(clipf(gf))
-                c = fg * cp + i * g(clipf(gc))
-                if pd is not None:
-                    go = go + pd[hid:2 * hid] * c
-                o = f(clipf(go))
-                return (o * h(c)).astype(np.float32), c.astype(np.float32)
+                ht, ct = lstm_cell(xt + _qgemm_float(hp, rq, rz, rs), cp, pd, hid, f, g, h, clipf, coupled)
+                return ht.astype(np.float32), ct.astype(np.float32)
 
             return xw, step
 

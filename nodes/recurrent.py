@@ -99,6 +99,23 @@ def _run_direction(xw: np.ndarray, lens: np.ndarray | None, reverse: bool, state
     return y, state
 
 
+def lstm_cell(gt: np.ndarray, cp: np.ndarray, pd: np.ndarray | None, hid: int, f: Callable, g: Callable,
+              h: Callable, clipf: Callable, coupled: bool) -> tuple[np.ndarray, np.ndarray]:
+    """One LSTM step from the summed gate pre-activations ``gt`` (gates i, o, f, c) and the
+    previous cell state: peepholes ``pd`` (i, o, f), clipping, input-forget coupling; (h, c)."""
+    gi, go, gf, gc = (gt[:, k * hid:(k + 1) * hid] for k in range(4))
+    if pd is not None:
+        gi = gi + pd[:hid] * cp
+        gf = gf + pd[2 * hid:] * cp
+    i = f(clipf(gi))
+    fg = 1 - i if coupled else f(clipf(gf))
+    c = fg * cp + i * g(clipf(gc))
+    if pd is not None:
+        go = go + pd[hid:2 * hid] * c
+    o = f(clipf(go))
+    return o * h(c), c
+
+
 def sequence_dims(ctx: NodeContext, op_type: str) -> tuple[Dim, Dim, Dim]:
     """(seq, batch, input) of a recurrent op's X (layout 1 stores batch first)."""
     xs = ctx.shape(0)
@@ -260,18 +277,7 @@ class LSTMSpec(_RecurrentSpec):
 
             def step(xt: np.ndarray, state: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
                 hp, cp = state
-                gt = xt + hp @ rt
-                gi, go, gf, gc = (gt[:, k * hid:(k + 1) * hid] for k in range(4))
-                if pd is not None:
-                    gi = gi + pd[:hid] * cp
-                    gf = gf + pd[2 * hid:] * cp
-                i = f(clipf(gi))
-                fg = 1 - i if coupled else f(clipf(gf))
-                c = fg * cp + i * g(clipf(gc))
-                if pd is not None:
-                    go = go + pd[hid:2 * hid] * c
-                o = f(clipf(go))
-                return o * h(c), c
+                return lstm_cell(xt + hp @ rt, cp, pd, hid, f, g, h, clipf, coupled)
 
             return xw, step
 
