@@ -139,3 +139,93 @@ def node_cycles(result: VelaResult) -> dict[str, int]:
         if layer["node"]:
             out[layer["node"]] = out.get(layer["node"], 0) + layer["cycles"]
     return out
+
+
+@dataclass
+class VelaComparison:
+    """Our estimate beside vela's, per ONNX node and in total, over the ops both put on the NPU.
+
+    ``layers`` rows: node, op type, our cycles, vela's cycles, vela's MACs. ``ours_total_us`` and
+    ``vela_total_us`` sum the nodes both run on the NPU; ``cpu_here_npu_there`` lists nodes we
+    keep on the CPU that vela runs on the NPU (a placement difference, not a cost one), and
+    ``npu_here_cpu_there`` the reverse.
+    """
+
+    layers: list[dict[str, Any]]
+    ours_total_us: float
+    vela_total_us: float
+    vela_all_us: float
+    ours_all_us: float
+    cpu_here_npu_there: list[str]
+    npu_here_cpu_there: list[str]
+
+    @property
+    def ratio(self) -> float:
+        """ours / vela over the nodes both put on the NPU."""
+        return self.ours_total_us / self.vela_total_us if self.vela_total_us else float("nan")
+
+    def spearman(self) -> float:
+        """Spearman's rank correlation of our and vela's cycles over matched layers with MACs."""
+        import numpy as np
+
+        rows = [r for r in self.layers if r["macs"] > 0]
+        if len(rows) < 3:
+            return float("nan")
+
+        def ranks(xs: list[float]) -> np.ndarray:
+            a = np.asarray(xs, dtype=float)
+            order = a.argsort(kind="stable")
+            r = np.empty(len(a))
+            r[order] = np.arange(len(a))
+            for v in np.unique(a):  # ties share their mean rank
+                m = a == v
+                r[m] = r[m].mean()
+            return r
+
+        x, y = ranks([r["ours"] for r in rows]), ranks([r["vela"] for r in rows])
+        if x.std() == 0 or y.std() == 0:
+            return float("nan")
+        return float(np.corrcoef(x, y)[0, 1])
+
+
+def compare(sim: Any, result: VelaResult, clock_mhz: float) -> VelaComparison:
+    """Match vela's per-layer cycles to the simulated ops (by the ONNX node each TFLite op came
+    from) and total both over the nodes both put on the NPU."""
+    from engine.hw.ethos_u_ops import LayerMapper
+
+    facts = sim.placement.facts
+    mapper = LayerMapper(facts, "sram", "flash", "sram")
+    owner: dict[str, str] = {}  # a fused activation's layer belongs to its producer
+    for f in facts.order:
+        if mapper.fused_into_producer(f):
+            owner[f.name] = f.inputs[0].producer().name
+    vela_cyc: dict[str, int] = {}
+    vela_macs: dict[str, int] = {}
+    for layer in result.layers:
+        node = owner.get(layer["node"], layer["node"])
+        if node:
+            vela_cyc[node] = vela_cyc.get(node, 0) + layer["cycles"]
+            vela_macs[node] = vela_macs.get(node, 0) + layer["macs"]
+    vela_cpu = {owner.get(c["node"], c["node"]) for c in result.cpu_operators if c.get("node")}
+    rows = []
+    ours_sum = vela_sum = ours_all = 0.0
+    cpu_here, npu_here = [], []
+    for rec in sim.ops:
+        ours_all += rec.latency_us
+        if rec.node in owner and rec.cost.latency_us == 0:
+            continue
+        if rec.device != "npu":
+            if rec.node in vela_cyc:
+                cpu_here.append(rec.node)
+            continue
+        if rec.node in vela_cpu:
+            npu_here.append(rec.node)
+            continue
+        ours = rec.cost.latency_us * clock_mhz
+        vela = vela_cyc.get(rec.node, 0)
+        rows.append({"node": rec.node, "op_type": rec.op_type, "ours": ours, "vela": vela,
+                     "macs": vela_macs.get(rec.node, 0)})
+        ours_sum += ours
+        vela_sum += vela
+    return VelaComparison(rows, ours_sum / clock_mhz, vela_sum / clock_mhz, result.latency_us, ours_all,
+                          cpu_here, npu_here)

@@ -20,7 +20,9 @@ placement keeps on chip (a fused chain whose tensor fits the residency budget) c
 traffic. A fused activation (``node.activation``) is a free epilogue.
 
 Latency = max(compute, memory) + per-op overhead; ``bound`` names the largest term (vela's
-roofline). CPU ops use the same roofline with the CPU's peak GFLOPS and bandwidth. Layout or
+roofline). A target with an ``ethos_u`` section (the Ethos-U targets) costs its NPU ops with
+``engine.hw.ethos_u`` instead: vela's performance estimate (output blocks in SHRAM, per-op
+output cycles, burst-scaled memory access per memory area), from the tables in its YAML. CPU ops use the same roofline with the CPU's peak GFLOPS and bandwidth. Layout or
 precision conversions at device boundaries cost the bytes they read and write.
 """
 
@@ -29,6 +31,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from engine.hw import ethos_u
+from engine.hw.ethos_u_ops import LayerMapper
 from engine.hw.target import HardwareTarget
 from engine.ir.graph import Node
 from engine.place.support import GraphFacts, NodeFacts
@@ -144,6 +148,7 @@ class CostModel:
         self._tile_budget = max(1.0, npu.sram_bytes * (1.0 - npu.residency_fraction)) if npu.residency_fraction < 1 \
             else float(npu.sram_bytes)
         self._cpu_flops = target.cpu.peak_gflops * 1e3  # flops per us
+        self._mapper: tuple[GraphFacts, LayerMapper] | None = None
 
     # -- NPU ---------------------------------------------------------------------------------
     def npu_compute_cycles(self, f: NodeFacts) -> tuple[int, int, float]:
@@ -172,6 +177,8 @@ class CostModel:
         overhead = npu.op_overhead_us
         if op in VIEW_OPS:
             return OpCost("npu", 0.0, 0.0, overhead, "overhead")
+        if self.target.ethos_u is not None:
+            return self.ethos_u_cost(f, facts)
         cycles, folds, util = self.npu_compute_cycles(f)
         compute = cycles / npu.clock_mhz
         a_all = sum(facts.npu_bytes(v) for v in f.inputs)
@@ -195,6 +202,42 @@ class CostModel:
             memory += npu.dram_latency_ns / 1e3
         return OpCost("npu", compute, memory, overhead, bound_of(compute, memory, overhead), int(f.work.macs),
                       int(act_bytes + weights), cycles, folds, util)
+
+    def ethos_u_layers(self, f: NodeFacts, facts: GraphFacts) -> list[ethos_u.LayerQuery]:
+        """The Ethos-U operations vela makes of a node (engine.hw.ethos_u_ops)."""
+        arch = self.target.ethos_u
+        if self._mapper is None or self._mapper[0] is not facts:
+            self._mapper = (facts, LayerMapper(facts, arch.feature_maps, arch.constants, arch.graph_io))
+        return self._mapper[1].queries(f)
+
+    def ethos_u_cost(self, f: NodeFacts, facts: GraphFacts) -> OpCost:
+        """Cost of a node on an Ethos-U: the sum over its operations of vela's estimate,
+        max(NPU cycles, each memory's access cycles), at the NPU clock."""
+        arch = self.target.ethos_u
+        npu = self.target.npu
+        compute = total = 0.0
+        macs = 0
+        nbytes = 0
+        for q in self.ethos_u_layers(f, facts):
+            try:
+                c = ethos_u.estimate(arch, q)
+            except ValueError as exc:
+                from engine.errors import InputError
+
+                raise InputError(f"{self.target.source or self.target.name}: field ethos_u.shram_banks: "
+                                 f"cannot hold node {f.name!r} ({exc})") from None
+            compute += c.npu
+            total += c.total
+            macs += c.macs
+        compute_us = compute / npu.clock_mhz
+        total_us = total / npu.clock_mhz
+        memory_us = total_us if total > compute else 0.0
+        util = macs / (total * arch.macs * arch.cores) if total else 0.0
+        for v in (*f.inputs, *f.outputs, *f.weight_values):
+            nbytes += facts.npu_bytes(v)
+        return OpCost("npu", compute_us, memory_us, npu.op_overhead_us,
+                      bound_of(compute_us, memory_us, npu.op_overhead_us), int(f.work.macs), int(nbytes),
+                      round(total), 0, min(1.0, util))
 
     # -- CPU ---------------------------------------------------------------------------------
     def cpu_cost(self, f: NodeFacts, weights_cached: bool = True) -> OpCost:

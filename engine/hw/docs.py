@@ -18,6 +18,27 @@ def _line(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def _ethos_u_rows(target: HardwareTarget) -> list[str]:
+    """Table rows of an Ethos-U target's vela configuration and memory system."""
+    e = target.ethos_u
+    if e is None:
+        return []
+    rows = []
+    if target.vela:
+        v = target.vela
+        rows.append(f"| vela | {v['accelerator_config']}, {v['system_config']}, {v['memory_mode']} |")
+    w, h, d = e.ofm_ublock
+    rows.append(f"| Ethos-U | {e.macs} MACs/cycle, {w}x{h}x{d} OFM micro-block, {e.shram_banks} KiB SHRAM |")
+    for m in e.memories.values():
+        size = f", {m.size_kib:g} KiB" if m.size_kib else ""
+        gbps = m.bytes_per_cycle * target.npu.clock_mhz / 1e3
+        rows.append(f"| {m.name} | {m.bytes_per_cycle:g} B/cycle ({gbps:g} GB/s), burst {m.burst_bytes} B, "
+                    f"latency {m.read_latency}/{m.write_latency} cycles{size} |")
+    rows.append(f"| Placement | feature maps in {e.feature_maps}, graph inputs/outputs in {e.graph_io}, "
+                f"weights and constants in {e.constants} |")
+    return rows
+
+
 def supported_ops_markdown(target: HardwareTarget) -> str:
     """The SUPPORTED_OPS.md text of one target (deterministic)."""
     n, c = target.npu, target.cpu
@@ -47,6 +68,7 @@ def supported_ops_markdown(target: HardwareTarget) -> str:
         + (f"; {c.cache_kib:g} KiB cache at {c.cache_bandwidth_gbps:g} GB/s" if c.cache_kib and c.cache_bandwidth_gbps
            else "") + " |",
         f"| CPU<->NPU | {target.transfer.bandwidth_gbps:g} GB/s + {target.transfer.fixed_us:g} us per transfer |",
+        *_ethos_u_rows(target),
         "",
         "## Rules every op must meet",
         "",

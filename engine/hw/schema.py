@@ -24,8 +24,8 @@ Schema = dict[str, "Field | dict"]
 class Field:
     """One leaf of the schema.
 
-    kind: "int", "number", "str", "bool", "str_list", "map" or "mapping_or_list" (checked
-    further by the caller). ``minimum`` is inclusive, ``above`` exclusive.
+    kind: "int", "number", "str", "bool", "str_list", "int_list", "number_list", "map" or
+    "mapping_or_list" (checked further by the caller); ``length`` fixes a list's length. ``minimum`` is inclusive, ``above`` exclusive.
     """
 
     kind: str
@@ -35,10 +35,12 @@ class Field:
     minimum: float | None = None
     above: float | None = None
     choices: tuple[Any, ...] | None = None
+    length: int | None = None
 
 
 _KIND_NAMES = {"int": "an integer", "number": "a number", "str": "a string", "bool": "true or false",
-               "str_list": "a list of strings", "map": "a mapping",
+               "str_list": "a list of strings", "int_list": "a list of integers",
+               "number_list": "a list of numbers", "map": "a mapping",
                "mapping_or_list": "a mapping or a list"}
 
 
@@ -77,6 +79,9 @@ def check_value(value: Any, spec: Field, where: str, path: str) -> Any:
         ok = isinstance(value, bool)
     elif kind == "str_list":
         ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+    elif kind in ("int_list", "number_list"):
+        num = int if kind == "int_list" else (int, float)
+        ok = isinstance(value, list) and all(isinstance(v, num) and not isinstance(v, bool) for v in value)
     elif kind == "map":
         ok = isinstance(value, dict)
     if not ok:
@@ -95,6 +100,14 @@ def check_value(value: Any, spec: Field, where: str, path: str) -> Any:
             raise fail(where, path, f"must be {what}, got {value} ({spec.doc})")
         if kind == "number":
             value = float(value)
+    if kind in ("int_list", "number_list"):
+        if spec.length is not None and len(value) != spec.length:
+            raise fail(where, path, f"expected {spec.length} values, got {len(value)} ({spec.doc})")
+        for k, v in enumerate(value):
+            if not math.isfinite(v) or (spec.minimum is not None and v < spec.minimum) or \
+                    (spec.above is not None and v <= spec.above):
+                raise fail(where, f"{path}[{k}]", f"out of range: {v} ({spec.doc})")
+        value = tuple(float(v) for v in value) if kind == "number_list" else tuple(value)
     if spec.choices is not None and value not in spec.choices:
         choices = ", ".join(str(c) for c in spec.choices)
         raise fail(where, path, f"must be one of {choices}, got {excerpt(value)}")

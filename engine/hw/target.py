@@ -14,6 +14,16 @@ globals), so two open documents can aim at two chips. The YAML schema (one secti
 ``exports``   (optional) the deployable formats compile writes: onnx-qdq (always), tflite.
 ``vela``      (optional) how Arm's vela compiles the TFLite file for this NPU: accelerator
               config, system config and memory mode (names in vela's own vela.ini), config file.
+``ethos_u``   (optional) the Ethos-U micro-architecture as vela tabulates it (MACs, OFM/IFM
+              micro-blocks, SHRAM banks and granules, output and activation cycles per element):
+              with it the NPU's ops are costed by ``engine.hw.ethos_u`` (vela's estimate).
+``memory``    (with ``ethos_u``) the memory system of vela.ini's system config and memory mode:
+              AXI port width, each memory's clock scale, burst length and latencies, and where
+              feature maps and constants (weights, constant operands) live.
+``base``      (optional) a bundled target name or a YAML path (relative to this file) whose
+              document this one extends: mappings merge key by key, other values replace, null
+              removes a key of the base.
+``aliases``   (optional) other names of this bundled target for ``--target``.
 
 Loading validates everything and raises ``InputError("FILE: field X: ...")`` naming the file
 and the field, which the CLI prints as one ``error:`` line (exit 2).
@@ -29,6 +39,7 @@ from typing import Any
 import yaml
 
 from engine.errors import InputError
+from engine.hw.ethos_u import EthosUArch, MemoryArea
 from engine.hw.schema import Field, check, check_value, fail, unknown_key
 from engine.limits import excerpt
 from nodes.constraints import PRECISION_DTYPES, OpConstraints
@@ -90,8 +101,47 @@ VELA_SCHEMA: dict[str, Field] = {
                     required=False, default="Arm/vela.ini"),
 }
 
+ETHOS_U_SCHEMA: dict[str, Field] = {
+    "macs": Field("int", "MACs per cycle (vela's accelerator table)", minimum=1),
+    "cores": Field("int", "NPU cores", required=False, default=1, minimum=1),
+    "ofm_ublock": Field("int_list", "OFM micro-block width, height, depth", length=3, minimum=1),
+    "ifm_ublock": Field("int_list", "IFM micro-block width, height, depth", length=3, minimum=1),
+    "shram_banks": Field("int", "shared buffer (SHRAM) banks of 1 KiB", minimum=1),
+    "shram_granules": Field("int_list", "bank granules of ifm8, ifm16, ifm8 and ifm16 elementwise, ifm32, acc16, "
+                            "acc32, acc40", length=8, minimum=1),
+    "output_cycles_per_elem": Field("number_list", "output-stage cycles per OFM element: 32-bit unary and binary "
+                                    "elementwise, 32-bit mul, mul, simple add, add, max pool, other", length=8,
+                                    minimum=0),
+    "activation_cycles_per_elem": Field("number_list", "activation cycles per element: LUT, ReLU, none", length=3,
+                                        minimum=0),
+    "weight_compression": Field("number", "encoded weight bytes per int8 weight after vela's compression",
+                                required=False, default=1.0, above=0),
+}
+MEMORY_AREAS = ("sram", "flash", "dram")
+MEMORY_AREA_SCHEMA: dict[str, Field] = {
+    "clock_scale": Field("number", "memory clock over the NPU clock (vela.ini *_clock_scale)", above=0),
+    "burst_length": Field("int", "burst length in bytes", minimum=1),
+    "read_latency": Field("int", "read latency in NPU cycles", minimum=0),
+    "write_latency": Field("int", "write latency in NPU cycles", minimum=0),
+    "size_kib": Field("number", "size in KiB (the arena must hold the largest layer's IFM and OFM)",
+                      required=False, above=0),
+}
+MEMORY_SCHEMA: dict[str, Field] = {
+    "axi_bytes_per_cycle": Field("number", "bytes per cycle of one AXI port (Ethos-U55: 8, U65 and U85: 16)",
+                                 above=0),
+    "areas": Field("map", "memories by name: sram, flash, dram"),
+    "feature_maps": Field("str", "memory holding feature maps (vela's arena)", choices=MEMORY_AREAS),
+    "constants": Field("str", "memory holding weights and constant tensors", choices=MEMORY_AREAS),
+    "graph_io": Field("str", "memory holding the graph's inputs and outputs (default: feature_maps)",
+                      required=False, choices=MEMORY_AREAS),
+}
+
 SCHEMA: dict[str, Any] = {
     "name": Field("str", "short target name"),
+    "base": Field("str", "target this one extends (bundled name or YAML path)", required=False),
+    "aliases": Field("str_list", "other names of this target", required=False, default=[]),
+    "ethos_u": Field("map", "Ethos-U micro-architecture (vela's tables)", required=False),
+    "memory": Field("map", "Ethos-U memory system (vela.ini)", required=False),
     "exports": Field("str_list", "deployable formats compile writes (onnx-qdq, tflite)", required=False,
                      default=["onnx-qdq"]),
     "vela": Field("map", "how vela compiles model.tflite for this NPU", required=False),
@@ -213,6 +263,8 @@ class HardwareTarget:
     source: str = ""
     exports: tuple[str, ...] = ("onnx-qdq",)
     vela: dict[str, str] | None = None
+    ethos_u: EthosUArch | None = None
+    aliases: tuple[str, ...] = ()
     _cache: dict[str, OpConstraints] = field(default_factory=dict, repr=False, compare=False)
 
     def exports_tflite(self) -> bool:
@@ -354,11 +406,57 @@ def target_from_dict(doc: Any, where: str, known_ops: set[str] | None = None) ->
     vela = check(d["vela"], VELA_SCHEMA, where, "vela") if d["vela"] is not None else None
     if vela is not None and "tflite" not in exports:
         raise fail(where, "vela", "vela compiles TFLite: list tflite in exports")
+    ethos_u = _check_ethos_u(d, npu, vela, where)
     return HardwareTarget(
         name=d["name"], description=d["description"], npu=npu,
         cpu=CpuProfile(**d["cpu"]), transfer=TransferProfile(**d["transfer"]),
         thermal=ThermalProfile(**th), constraints=constraints, ops=ops, source=where,
-        exports=exports, vela=vela)
+        exports=exports, vela=vela, ethos_u=ethos_u, aliases=tuple(d["aliases"]))
+
+
+def _check_ethos_u(d: dict[str, Any], npu: NpuProfile, vela: dict[str, str] | None, where: str) -> EthosUArch | None:
+    """The ``ethos_u`` and ``memory`` sections as an EthosUArch (None without them)."""
+    if d["ethos_u"] is None:
+        if d["memory"] is not None:
+            raise fail(where, "memory", "the memory system needs an ethos_u section beside it")
+        return None
+    e = check(d["ethos_u"], ETHOS_U_SCHEMA, where, "ethos_u")
+    if d["memory"] is None:
+        raise fail(where, "memory", "missing (required with ethos_u: where feature maps and constants live)")
+    m = check(d["memory"], MEMORY_SCHEMA, where, "memory")
+    areas: dict[str, MemoryArea] = {}
+    for name, sub in m["areas"].items():
+        if name not in MEMORY_AREAS:
+            raise unknown_key(str(name), list(MEMORY_AREAS), where, f"memory.areas.{name}")
+        a = check(sub, MEMORY_AREA_SCHEMA, where, f"memory.areas.{name}")
+        areas[name] = MemoryArea(name, m["axi_bytes_per_cycle"] * a["clock_scale"], a["burst_length"],
+                                 a["read_latency"], a["write_latency"], a["size_kib"])
+    m["graph_io"] = m["graph_io"] or m["feature_maps"]
+    for key in ("feature_maps", "constants", "graph_io"):
+        if m[key] not in areas:
+            raise fail(where, f"memory.{key}", f"names {m[key]!r}, which memory.areas does not define "
+                       f"({', '.join(areas) or 'none'})")
+    w, h, c = e["ofm_ublock"]
+    if vela is not None and not vela["accelerator_config"].startswith("ethos-u85"):
+        want = int(vela["accelerator_config"].rsplit("-", 1)[1])
+        if e["macs"] * e["cores"] != want:
+            raise fail(where, "ethos_u.macs", f"{e['macs']} x {e['cores']} core(s) does not match "
+                       f"vela.accelerator_config {vela['accelerator_config']} ({want} MACs per cycle)")
+    if w * h * c * 8 != e["macs"]:
+        raise fail(where, "ethos_u.ofm_ublock", f"{w}x{h}x{c} micro-blocks with 8-wide dot products make "
+                   f"{w * h * c * 8} MACs per cycle, not ethos_u.macs {e['macs']}")
+    arch = EthosUArch(
+        macs=e["macs"], cores=e["cores"], ofm_ublock=(w, h, c), ifm_ublock=tuple(e["ifm_ublock"]),
+        shram_banks=e["shram_banks"], shram_granules=tuple(e["shram_granules"]),
+        output_cycles_per_elem=tuple(e["output_cycles_per_elem"]),
+        activation_cycles_per_elem=tuple(e["activation_cycles_per_elem"]), memories=areas,
+        feature_maps=m["feature_maps"], constants=m["constants"], graph_io=m["graph_io"],
+        weight_compression=e["weight_compression"])
+    need = arch.smallest_block_banks()
+    if arch.shram_banks < need:
+        raise fail(where, "ethos_u.shram_banks", f"{arch.shram_banks} banks of 1 KiB cannot hold the smallest layer "
+                   f"(one {w}x{h}x{c} OFM micro-block with its IFM and accumulators, double-buffered, needs {need})")
+    return arch
 
 
 def load_target(path: str | Path, known_ops: set[str] | None = None) -> HardwareTarget:
@@ -378,7 +476,62 @@ def load_target(path: str | Path, known_ops: set[str] | None = None) -> Hardware
         line = f" at line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or "syntax error"
         raise InputError(f"{where}: not valid YAML{line}: {excerpt(problem, 80)[1:-1]}") from None
+    doc = _extend(doc, p, where, (p.resolve(),))
     return target_from_dict(doc, where, known_ops)
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` on top of ``base``: mappings merge key by key, every other value replaces, null
+    removes the base's key."""
+    out = dict(base)
+    for key, value in over.items():
+        if value is None:
+            out.pop(key, None)
+            continue
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def _extend(doc: Any, path: Path, where: str, seen: tuple[Path, ...]) -> Any:
+    """A target document with its ``base`` (a bundled name or a path beside it) merged under it."""
+    if not isinstance(doc, dict) or "base" not in doc:
+        return doc
+    name = doc["base"]
+    if not isinstance(name, str):
+        raise fail(where, "base", f"expected a target name or a path, got {excerpt(name)}")
+    from engine.limits import parse_document, read_document
+
+    bundled = bundled_targets()
+    base_path = bundled[name] if name in bundled else (path.parent / name)
+    if not base_path.is_file():
+        raise fail(where, "base", f"no bundled target or file {name!r} (bundled: {', '.join(bundled)})")
+    if base_path.resolve() in seen:
+        raise fail(where, "base", f"{name!r} extends itself (through {' -> '.join(p.name for p in seen)})")
+    text = read_document(base_path, "target file", MAX_TARGET_BYTES)
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        base = parse_document(text, str(base_path), "target file", lambda t: yaml.load(t, Loader=loader))
+    except yaml.YAMLError:
+        raise fail(where, "base", f"{name!r} is not valid YAML") from None
+    if not isinstance(base, dict):
+        raise fail(where, "base", f"{name!r} is not a target file")
+    base = _extend(base, base_path, str(base_path), (*seen, base_path.resolve()))
+    base = {k: v for k, v in base.items() if k not in ("aliases", "base")}
+    return _merge(base, {k: v for k, v in doc.items() if k != "base"})
+
+
+def target_aliases() -> dict[str, str]:
+    """Alias -> bundled target name (the ``aliases`` of each bundled YAML)."""
+    out: dict[str, str] = {}
+    for name, path in bundled_targets().items():
+        try:
+            doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError):
+            continue
+        for alias in (doc.get("aliases") or []) if isinstance(doc, dict) else []:
+            if isinstance(alias, str) and alias not in out:
+                out[alias] = name
+    return out
 
 
 def bundled_targets() -> dict[str, Path]:
@@ -396,6 +549,9 @@ def resolve_target(name_or_path: str | Path | HardwareTarget) -> HardwareTarget:
     bundled = bundled_targets()
     if text in bundled:
         return load_target(bundled[text])
+    alias = target_aliases().get(text)
+    if alias is not None:
+        return load_target(bundled[alias])
     p = Path(text)
     if p.suffix.lower() in (".yaml", ".yml") or p.exists() or "/" in text or "\\" in text:
         return load_target(p)
