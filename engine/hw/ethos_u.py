@@ -13,6 +13,11 @@ fewest IFM and weight elements per OFM element:
 
     ifm_block_h = (ofm_block_h - 1) * stride_y + min(dilated_kernel_h, 8)          (2)
     cost = (ifm_block_wh * C_in * n_blocks_wh [* n_blocks_c] + weights_fetched) / ofm_elements
+           * padded_ofm_volume / ofm_volume
+
+(the last factor is ours: vela 5's C++ core picks blocks that tile the OFM with little padding,
+which the legacy search's fetch cost alone does not; with it our per-layer cycles track vela's
+on 14x14 and 7x7 maps, where the fetch-optimal block wastes a quarter of the MACs).
 
 **Compute.** A block of ``u`` micro-blocks (``ofm_ublock`` W x H x C: 2x1x8 on a U55-128, 2x2x8
 on the -256 configs) takes, per kernel element (per 4 for depthwise, per 4 and per 8 IFM
@@ -42,6 +47,12 @@ biases and scales once (vela's ``measure_element_access``). Weights and constant
 where the memory mode puts constants (off-chip flash for Shared_Sram); feature maps in the
 arena (SRAM). A LUT activation first copies its table from constant memory to SHRAM.
 
+**Weight buffering.** Weights read in place cost their memory once per OFM block. vela's
+scheduler may instead DMA them into SRAM first, in OFM-depth slices and double-buffered, so
+that only the first slice delays compute; the estimate takes whichever of the two is faster:
+
+    npu_buffered = max(transfer(encoded weights), npu + transfer(first slice))       (5)
+
 The micro-architecture numbers (MACs, micro-blocks, SHRAM banks and granules, output cycles
 per element per op kind) are data in the target YAML's ``ethos_u`` section, the memory system
 in its ``memory`` section; this module holds only the maths.
@@ -65,6 +76,7 @@ SHRAM_BANK_BYTES = 1024
 SUBKERNEL_MAX = (8, 8)  # (height, width)
 OFM_SPLIT_DEPTH = 16
 LUT_BYTES = {8: 256, 16: 2048}
+BIAS_BYTES = 10  # an encoded scale and bias per output channel
 
 
 def _up(a: float, b: int) -> int:
@@ -283,6 +295,7 @@ def block_config(arch: EthosUArch, q: LayerQuery) -> BlockConfig | None:
                     cost = max(ofm_elems / (h * w * depth), 1)
                 else:
                     cost = (ifetch + wfetch) / ofm_elems
+                    cost *= (full[0] * h * full[1] * w * full[2] * depth) / (oh * ow * oc)  # padding
                 if math.prod(ifm) < ih * iw * idp * 2:
                     cost /= 2
                 if cost <= best:
@@ -365,8 +378,9 @@ def _delay(arch: EthosUArch, acc40: bool, steps: int, ux: int, uy: int, uz: int)
     return 0
 
 
-def conv_cycles(arch: EthosUArch, q: LayerQuery, cfg: BlockConfig) -> float:
-    """Equations (3) and (4): cycles of a convolution, depthwise, vector product or pooling."""
+def conv_cycles(arch: EthosUArch, q: LayerQuery, cfg: BlockConfig, const_area: str | None = None) -> float:
+    """Equations (3) and (4): cycles of a convolution, depthwise, vector product or pooling;
+    ``const_area`` is the memory the op reads its scales and biases from (default: constants)."""
     ib = _min4(q.ifm, cfg.ifm_block)
     ob = list(_min4(q.ofm, cfg.ofm_block))
     uw, uh, ud = arch.ofm_ublock
@@ -406,7 +420,7 @@ def conv_cycles(arch: EthosUArch, q: LayerQuery, cfg: BlockConfig) -> float:
     n_blocks = math.prod(_div(a, b) for a, b in zip(q.ofm, cfg.ofm_block, strict=True))
     out = math.ceil(output_cycles_per_elem(arch, q, cfg) * math.prod(cfg.ofm_block))
     if q.has_bias:
-        out = max(out, 10 * cfg.ofm_block[3] * arch.memory(arch.constants).read_latency / 256)
+        out = max(out, 10 * cfg.ofm_block[3] * arch.memory(const_area or arch.constants).read_latency / 256)
     i_c, o_c = _block_memory_cycles(arch, q, cfg)
     cmd = (i_c + o_c + out + dpu) / 4
     dpu, out = max(dpu, cmd), max(out, cmd)
@@ -428,9 +442,11 @@ def _round_c(shape: tuple[int, ...], brick: bool) -> tuple[int, ...]:
     return (*shape[:3], _up(shape[3], 16)) if brick else tuple(shape)
 
 
-def access_cycles(arch: EthosUArch, q: LayerQuery, cfg: BlockConfig | None) -> dict[str, float]:
+def access_cycles(arch: EthosUArch, q: LayerQuery, cfg: BlockConfig | None,
+                  buffered: bool = False) -> dict[str, float]:
     """Access cycles per memory area: bytes read and written (vela's ``measure_element_access``),
-    scaled by burst efficiency, over each memory's bytes per cycle."""
+    scaled by burst efficiency, over each memory's bytes per cycle. Weights read in place count
+    once per OFM block; ``buffered`` weights (DMA'd into SRAM first) count in the DMA instead."""
     scaled: dict[str, float] = {}
 
     def add(area: str, nbytes: float) -> None:
@@ -462,12 +478,23 @@ def access_cycles(arch: EthosUArch, q: LayerQuery, cfg: BlockConfig | None) -> d
         ifm_fetch = ib[1] * ib[2] * _round_c(q.ifm, q.ifm_brick)[3]
         add(q.ifm_area, _transfer(arch, True, q.ifm_area, q.ifm_brick, q.ifm_bits, cfg.ifm_block,
                                   ifm_fetch * subk * n_blocks * q.ifm_bits / 8))
-        if q.block_type not in ("pooling", "reduce_sum"):
+        if q.block_type not in ("pooling", "reduce_sum") and not buffered:
             k = q.kernel[0] * q.kernel[1]
             kernel_read = k if q.block_type == "depthwise" else k * q.ifm[3]
             add(arch.constants, kernel_read * ofm_block_depth * n_blocks * arch.weight_compression)
-            add(arch.constants, q.ofm[3] * 4)  # scales and biases
+            add(arch.constants, q.ofm[3] * BIAS_BYTES)
     return {area: b / arch.memory(area).bytes_per_cycle * q.repeats for area, b in scaled.items()}
+
+
+def encoded_weight_bytes(arch: EthosUArch, q: LayerQuery) -> float:
+    """Weights as vela stores them: compressed weights plus 10 bytes of scale and bias per channel."""
+    return q.weight_bytes * arch.weight_compression + q.ofm[3] * BIAS_BYTES
+
+
+def weight_dma_cycles(arch: EthosUArch, nbytes: float) -> float:
+    """One DMA of ``nbytes`` from constant memory into SRAM (vela's measure_mem2mem_cycles)."""
+    src, dst = arch.memory(arch.constants), arch.memory(arch.feature_maps)
+    return max(nbytes / src.bytes_per_cycle + src.read_latency, nbytes / dst.bytes_per_cycle)
 
 
 def estimate(arch: EthosUArch, q: LayerQuery) -> LayerCycles:
@@ -476,12 +503,24 @@ def estimate(arch: EthosUArch, q: LayerQuery) -> LayerCycles:
     if cfg is None:
         raise ValueError(f"no OFM block of a {q.block_type} layer with OFM {q.ofm} fits {arch.shram_banks} "
                          "SHRAM banks")
-    if q.block_type == "elementwise":
-        per = output_cycles_per_elem(arch, q, cfg)
-        npu = math.ceil(per * math.prod(_round_c(q.ofm, q.ofm_brick)))
-    else:
-        npu = conv_cycles(arch, q, cfg)
+    lut = 0.0
     if q.activation == "lut":  # the table's DMA from constant memory into SHRAM
         mem = arch.memory(arch.constants)
-        npu += LUT_BYTES.get(q.ofm_bits, 256) / mem.bytes_per_cycle + mem.read_latency
-    return LayerCycles(npu * q.repeats, access_cycles(arch, q, cfg), macs_of(q))
+        lut = LUT_BYTES.get(q.ofm_bits, 256) / mem.bytes_per_cycle + mem.read_latency
+    if q.block_type == "elementwise":
+        per = output_cycles_per_elem(arch, q, cfg)
+        npu = math.ceil(per * math.prod(_round_c(q.ofm, q.ofm_brick))) + lut
+    else:
+        npu = int(conv_cycles(arch, q, cfg)) + lut
+    direct = LayerCycles(npu * q.repeats, access_cycles(arch, q, cfg), macs_of(q))
+    if not q.weight_bytes or q.block_type not in ("conv", "depthwise", "vector") or arch.constants == arch.feature_maps:
+        return direct
+    # Weight buffering: DMA the encoded weights into SRAM in OFM-depth slices, double-buffered,
+    # so the transfer overlaps compute except for the first slice:
+    #     npu' = max(full transfer, npu + first slice's transfer)
+    full = weight_dma_cycles(arch, encoded_weight_bytes(arch, q))
+    first = full * min(1.0, cfg.ofm_block[3] / max(1, q.ofm[3])) if q.ofm[3] > cfg.ofm_block[3] else full
+    npu = int(conv_cycles(arch, q, cfg, arch.feature_maps)) + lut  # scales and biases now in SRAM
+    buffered = LayerCycles(max(full, npu + first) * q.repeats, access_cycles(arch, q, cfg, buffered=True),
+                           macs_of(q))
+    return buffered if buffered.total < direct.total else direct

