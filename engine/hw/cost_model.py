@@ -207,7 +207,17 @@ class CostModel:
         """The Ethos-U operations vela makes of a node (engine.hw.ethos_u_ops)."""
         arch = self.target.ethos_u
         if self._mapper is None or self._mapper[0] is not facts:
-            self._mapper = (facts, LayerMapper(facts, arch.feature_maps, arch.constants, arch.graph_io))
+            fm = arch.memory(arch.feature_maps)
+            size = fm.size_kib * 1024 if fm.size_kib else None
+            mapper = LayerMapper(facts, arch.feature_maps, arch.constants, arch.graph_io, size, arch.spill)
+            small = mapper.smallest_layer() if size is not None and arch.spill is None else None
+            if small is not None and small[1] > size:
+                from engine.errors import InputError
+
+                raise InputError(f"{self.target.source or self.target.name}: field memory.areas.{fm.name}.size_kib: "
+                                 f"{fm.size_kib:g} KiB cannot hold the smallest layer ({small[0]!r} reads and "
+                                 f"writes {small[1] / 1024:.1f} KiB of feature maps)")
+            self._mapper = (facts, mapper)
         return self._mapper[1].queries(f)
 
     def ethos_u_cost(self, f: NodeFacts, facts: GraphFacts) -> OpCost:

@@ -118,6 +118,7 @@ class EthosUArch:
     feature_maps: str = "sram"
     constants: str = "flash"
     graph_io: str = "sram"
+    spill: str | None = None
     weight_compression: float = 1.0
     ofm_block_max: tuple[int, int, int] = (64, 32, 128)
     reserved_output_banks: int = 2
@@ -169,6 +170,7 @@ class LayerQuery:
     ofm_area: str = "sram"
     upscale: int = 1
     repeats: int = 1
+    ifm2_const_mul: bool = False  # a Mul by a broadcast constant (read at 16 bits, one row per burst)
 
 
 @dataclass(frozen=True)
@@ -463,8 +465,14 @@ def access_cycles(arch: EthosUArch, q: LayerQuery, cfg: BlockConfig | None,
                                       rounded * q.ifm_bits / 8))
         if q.ifm2 is not None and (math.prod(q.ifm2) > 1 or math.prod(q.ifm) == 1):
             n2 = math.prod(_round_c(q.ofm, q.ifm2_brick))
-            add(q.ifm2_area, _transfer(arch, True, q.ifm2_area, q.ifm2_brick, q.ifm_bits, blk_i,
-                                       n2 * q.ifm_bits / 8))
+            if q.ifm2_const_mul:
+                # measured on vela 5.2: a Mul's broadcast constant streams 2 bytes per OFM element
+                # in bursts of one row of the constant (its depth in bytes)
+                add(q.ifm2_area, n2 * 2 * arch.memory(q.ifm2_area).burst_bytes
+                    / min(arch.memory(q.ifm2_area).burst_bytes, max(1, q.ifm2[3])))
+            else:
+                add(q.ifm2_area, _transfer(arch, True, q.ifm2_area, q.ifm2_brick, q.ifm_bits, blk_i,
+                                           n2 * q.ifm_bits / 8))
     else:
         ob = _min4(q.ofm, cfg.ofm_block)
         ib = _min4(q.ifm, cfg.ifm_block)

@@ -68,18 +68,37 @@ def _ints(v: Any, n: int, default: int) -> tuple[int, ...]:
 class LayerMapper:
     """Builds the layer queries of the nodes of one placed graph (``facts``: GraphFacts)."""
 
-    def __init__(self, facts: Any, feature_maps: str, constants: str, graph_io: str) -> None:
+    def __init__(self, facts: Any, feature_maps: str, constants: str, graph_io: str,
+                 fm_bytes: float | None = None, spill: str | None = None) -> None:
         self.facts = facts
         self.fm = feature_maps
         self.const = constants
         self.io = graph_io
+        self.fm_bytes = fm_bytes
+        self.spill = spill
 
     def _area(self, v: Any) -> str:
-        """Where a feature map lives: graph inputs and outputs in the arena's memory, the others
-        where the memory mode keeps feature maps."""
-        if v is not None and (v.name in self.facts.input_names or v.name in self.facts.output_names):
+        """Where a feature map lives: graph inputs and outputs in ``graph_io``; the others where
+        the memory mode keeps feature maps, unless that memory is a cache (``spill`` names the
+        arena behind it) and the tensor takes more than half of it."""
+        if v is None:
+            return self.fm
+        if v.name in self.facts.input_names or v.name in self.facts.output_names:
             return self.io
+        if self.spill and self.fm_bytes is not None and self.facts.npu_bytes(v) > self.fm_bytes / 2:
+            return self.spill
         return self.fm
+
+    def smallest_layer(self) -> tuple[str, int] | None:
+        """(node, IFM + OFM bytes) of the node with the smallest feature maps that costs NPU time."""
+        best: tuple[str, int] | None = None
+        for f in self.facts.order:
+            if f.node.op_type in FREE or f.compile_time or not f.outputs:
+                continue
+            n = sum(int(self.facts.npu_bytes(v)) for v in (*f.inputs, *f.outputs))
+            if best is None or n < best[1]:
+                best = (f.name, n)
+        return best
 
     # -- tensors ------------------------------------------------------------------------------
     def _bits(self, v: Any) -> int:
@@ -234,6 +253,7 @@ class LayerMapper:
                 q.ifm2 = nhwc(other.type.shape, y.type.rank == 4 and other.type.rank == 4)
                 if other in f.weight_values or other.const is not None:
                     q.ifm2_area, q.ifm2_brick = self.const, False
+                    q.ifm2_const_mul = f.node.op_type == "Mul" and math.prod(q.ifm2) > 1
                 else:
                     q.ifm2_brick, q.ifm2_area = self._brick(other), self._area(other)
         if f.node.op_type in LUT_ACTIVATIONS or f.node.op_type in RELU_ACTIVATIONS:  # an activation alone

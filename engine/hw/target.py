@@ -134,6 +134,9 @@ MEMORY_SCHEMA: dict[str, Field] = {
     "constants": Field("str", "memory holding weights and constant tensors", choices=MEMORY_AREAS),
     "graph_io": Field("str", "memory holding the graph's inputs and outputs (default: feature_maps)",
                       required=False, choices=MEMORY_AREAS),
+    "spill": Field("str", "memory holding feature maps larger than half of the feature-map memory's size_kib "
+                   "(vela's arena behind an SRAM cache; default: none, all fit)", required=False,
+                   choices=MEMORY_AREAS),
 }
 
 SCHEMA: dict[str, Any] = {
@@ -432,8 +435,8 @@ def _check_ethos_u(d: dict[str, Any], npu: NpuProfile, vela: dict[str, str] | No
         areas[name] = MemoryArea(name, m["axi_bytes_per_cycle"] * a["clock_scale"], a["burst_length"],
                                  a["read_latency"], a["write_latency"], a["size_kib"])
     m["graph_io"] = m["graph_io"] or m["feature_maps"]
-    for key in ("feature_maps", "constants", "graph_io"):
-        if m[key] not in areas:
+    for key in ("feature_maps", "constants", "graph_io", "spill"):
+        if m[key] is not None and m[key] not in areas:
             raise fail(where, f"memory.{key}", f"names {m[key]!r}, which memory.areas does not define "
                        f"({', '.join(areas) or 'none'})")
     w, h, c = e["ofm_ublock"]
@@ -451,6 +454,7 @@ def _check_ethos_u(d: dict[str, Any], npu: NpuProfile, vela: dict[str, str] | No
         output_cycles_per_elem=tuple(e["output_cycles_per_elem"]),
         activation_cycles_per_elem=tuple(e["activation_cycles_per_elem"]), memories=areas,
         feature_maps=m["feature_maps"], constants=m["constants"], graph_io=m["graph_io"],
+        spill=m["spill"],
         weight_compression=e["weight_compression"])
     need = arch.smallest_block_banks()
     if arch.shram_banks < need:
