@@ -76,7 +76,7 @@ def cnn_results():
 
 @pytest.mark.parametrize("target", ETHOS_U)
 def test_small_cnn_total_within_15_percent_of_vela(cnn_results, target):
-    r, c = cnn_results[target]
+    _, c = cnn_results[target]
     assert not c.cpu_here_npu_there and not c.npu_here_cpu_there  # same placement: a pure cost comparison
     assert 0.85 <= c.ratio <= 1.15, f"ours {c.ours_total_us:.1f} us, vela {c.vela_total_us:.1f} us"
 
