@@ -112,6 +112,7 @@ def _parse(files: dict[str, bytes], model: TModel, log: str) -> VelaResult:
             cycles = int(float(r.get("Op Cycles") or 0))
             name = r.get("Name", "")
             layers.append({"tensor": name, "node": node_of.get(name), "op": r.get("NNG Operator"),
+                           "original": r.get("Original Operator") or next(iter(r.values()), ""),
                            "target": r.get("Target"), "cycles": cycles,
                            "macs": int(float(r.get("MAC Count") or 0))})
     m_cpu = re.search(r"CPU operators = (\d+)", log)
@@ -139,6 +140,12 @@ def node_cycles(result: VelaResult) -> dict[str, int]:
         if layer["node"]:
             out[layer["node"]] = out.get(layer["node"], 0) + layer["cycles"]
     return out
+
+
+MAC_OPS = {"Conv", "ConvTranspose", "Gemm", "MatMul", "QLinearConv", "QLinearMatMul", "MaxPool", "AveragePool",
+           "GlobalAveragePool", "GlobalMaxPool"}
+"""Ops whose layers are MAC layers in the comparison (vela counts MACs for its pools too; the
+MACs vela reports for the parts of a lowered softmax or mean do not make them MAC layers)."""
 
 
 @dataclass
@@ -201,8 +208,15 @@ def compare(sim: Any, result: VelaResult, clock_mhz: float) -> VelaComparison:
             owner[f.name] = f.inputs[0].producer().name
     vela_cyc: dict[str, int] = {}
     vela_macs: dict[str, int] = {}
-    for layer in result.layers:
-        node = owner.get(layer["node"], layer["node"])
+    # vela lowers some ops to several (Mean: a depthwise and a Mul; Softmax: about 30): only the
+    # last writes the node's output tensor; the ones before it, from the same original op, are its.
+    nodes: list[str | None] = [layer["node"] for layer in result.layers]
+    for k in range(len(nodes) - 2, -1, -1):
+        nxt = result.layers[k + 1]
+        if nodes[k] is None and nodes[k + 1] and result.layers[k].get("original") == nxt.get("original"):
+            nodes[k] = nodes[k + 1]
+    for layer, node in zip(result.layers, nodes, strict=True):
+        node = owner.get(node, node)
         if node:
             vela_cyc[node] = vela_cyc.get(node, 0) + layer["cycles"]
             vela_macs[node] = vela_macs.get(node, 0) + layer["macs"]
@@ -224,7 +238,7 @@ def compare(sim: Any, result: VelaResult, clock_mhz: float) -> VelaComparison:
         ours = rec.cost.latency_us * clock_mhz
         vela = vela_cyc.get(rec.node, 0)
         rows.append({"node": rec.node, "op_type": rec.op_type, "ours": ours, "vela": vela,
-                     "macs": vela_macs.get(rec.node, 0)})
+                     "macs": vela_macs.get(rec.node, 0) if rec.op_type in MAC_OPS else 0})
         ours_sum += ours
         vela_sum += vela
     return VelaComparison(rows, ours_sum / clock_mhz, vela_sum / clock_mhz, result.latency_us, ours_all,

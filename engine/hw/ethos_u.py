@@ -293,8 +293,8 @@ def block_config(arch: EthosUArch, q: LayerQuery) -> BlockConfig | None:
                 ifetch = ih * iw * ifm[3] * ifm_repeats * frac[0] * frac[1]
                 if not _equal_depth(q):
                     ifetch *= full[2]
-                if q.block_type == "elementwise":
-                    cost = max(ofm_elems / (h * w * depth), 1)
+                if q.block_type == "elementwise":  # ties to the deepest block (longer bursts)
+                    cost = max(ofm_elems / (h * w * depth), 1) * (2 - min(depth, oc) / oc)
                 else:
                     cost = (ifetch + wfetch) / ofm_elems
                     cost *= (full[0] * h * full[1] * w * full[2] * depth) / (oh * ow * oc)  # padding

@@ -38,6 +38,11 @@ FREE = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Shape", "Size
         "DequantizeLinear", "Constant", "Dropout"}
 """Ops vela removes (views, quantization folded into the integer kernels)."""
 ELEMENTWISE_KIND = {"Add": "add", "Sub": "add", "Mul": "mul"}
+BINARY = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "PRelu", "Equal", "Greater", "Less", "And", "Or",
+          "SquaredDifference"}
+"""Element ops with a second tensor operand (the others' extra inputs are indices or shapes)."""
+COPIES = {"Slice", "Split", "Transpose", "Gather", "Expand", "Tile", "DepthToSpace", "SpaceToDepth", "Resize"}
+"""Ops vela runs as a copy of the tensor through the NPU (a 1x1 pooling pass, vela's MemoryCopy)."""
 
 
 def nhwc(shape: tuple[Any, ...] | None, channels_first: bool = True) -> tuple[int, int, int, int]:
@@ -246,14 +251,21 @@ class LayerMapper:
             return []
         x = f.inputs[0] if f.inputs else ins[0]
         ifm = nhwc(x.type.shape, y.type.rank == 4 and x.type.rank == 4)
-        q = self._base(f, "elementwise", ifm, ofm, output_kind=ELEMENTWISE_KIND.get(f.node.op_type, "other"))
-        if len(ins) > 1:
+        op = f.node.op_type
+        if op in COPIES:  # a data movement: one 1x1 pooling pass that reads the input and writes the output
+            q = self._base(f, "pooling", ifm if math.prod(ifm) == math.prod(ofm) else ofm, ofm,
+                           output_kind="maxpool" if op == "Transpose" else "other")
+            q.activation = "none"
+            return [q]
+        q = self._base(f, "elementwise", ifm, ofm, output_kind=ELEMENTWISE_KIND.get(op, "other"))
+        if len(ins) > 1 and op in BINARY:
             other = next((v for v in ins if v is not x), None)
             if other is not None and other.type is not None and other.type.shape is not None:
                 q.ifm2 = nhwc(other.type.shape, y.type.rank == 4 and other.type.rank == 4)
                 if other in f.weight_values or other.const is not None:
                     q.ifm2_area, q.ifm2_brick = self.const, False
-                    q.ifm2_const_mul = f.node.op_type == "Mul" and math.prod(q.ifm2) > 1
+                    # measured: the slow path is a per-channel constant narrower than a micro-block
+                    q.ifm2_const_mul = f.node.op_type == "Mul" and 1 < q.ifm2[3] < 8
                 else:
                     q.ifm2_brick, q.ifm2_area = self._brick(other), self._area(other)
         if f.node.op_type in LUT_ACTIVATIONS or f.node.op_type in RELU_ACTIVATIONS:  # an activation alone
@@ -271,27 +283,38 @@ class LayerMapper:
             out.append(q)
         return out
 
-    def _q_Softmax(self, f: Any) -> list[LayerQuery]:
-        """vela's int8 softmax: max over the depth, x - max through a LUT exponent, a sum reduction,
-        then about eight 32-bit elementwise steps of the reciprocal and the scaling."""
+    def _q_Softmax(self, f: Any) -> list[LayerQuery]:  # noqa: N802
+        """vela's int8 softmax over the last axis (rows x depth): a max pool along each row, x - max
+        through a LUT exponent into 32 bits, a shift, a sum over each row, sixteen 32-bit steps per
+        row for the reciprocal (Newton-Raphson), then a 32-bit multiply, add and shift of every
+        element."""
         s = nhwc(f.outputs[0].type.shape, False)
-        red = (*s[:3], 1)
-        base = self._base(f, "pooling", s, red, kernel=(1, 1), output_kind="maxpool")
-        base.activation = "none"
-        exp = self._base(f, "elementwise", s, s, output_kind="add")
-        exp.ifm2, exp.activation, exp.ofm_bits = red, "lut", 32
-        total = self._base(f, "reduce_sum", (*s[:3], s[3]), red)
+        rows, depth = s[0] * s[1] * s[2], s[3]
+        full, row = (1, rows, depth, 1), (1, rows, 1, 1)
+        out = [self._base(f, "pooling", full, row, kernel=(1, depth), output_kind="maxpool")]
+        exp = self._base(f, "elementwise", full, full, output_kind="add")
+        exp.ifm2, exp.activation, exp.ofm_bits = row, "lut", 32
+        out.append(exp)
+        shift = self._base(f, "elementwise", full, full)
+        shift.ifm_bits = shift.ofm_bits = 32
+        shift.ifm2 = (1, 1, 1, 1)
+        out.append(shift)
+        total = self._base(f, "reduce_sum", (1, rows, 1, depth), row)
         total.ifm_bits = 32
-        steps = []
-        for kind in ("add", "mul", "mul", "add", "mul", "add", "mul", "mul"):
-            q = self._base(f, "elementwise", red, red, output_kind=kind)
+        out.append(total)
+        for kind in ("other", "add", "add", "other") + ("mul", "add", "mul", "add") * 3:
+            q = self._base(f, "elementwise", row, row, output_kind=kind)
             q.ifm_bits = q.ofm_bits = 32
-            q.ifm2 = red
-            steps.append(q)
-        final = self._base(f, "elementwise", s, s, output_kind="mul")
-        final.ifm_bits = 32
-        final.ifm2 = red
-        return [base, exp, total, *steps, final]
+            q.ifm2 = row
+            out.append(q)
+        for kind in ("mul", "add", "other"):
+            q = self._base(f, "elementwise", full, full, output_kind=kind)
+            q.ifm_bits, q.ofm_bits, q.ifm2 = 32, 32, row
+            out.append(q)
+        for q in out:
+            q.activation = "lut" if q is exp else "none"
+            q.ifm_brick = q.ofm_brick = False
+        return out
 
     def _q_Pad(self, f: Any) -> list[LayerQuery]:
         cons = self.facts.consumers(f.outputs[0])

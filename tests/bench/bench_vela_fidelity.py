@@ -1,6 +1,8 @@
 """Our Ethos-U estimate beside Arm's vela, per layer and in total, on three accelerator configs.
 
-Run: `python -m tests.bench.bench_vela_fidelity [MODEL ...] [--targets T,T] [--layers] [--samples N]`.
+Run: `python -m tests.bench.bench_vela_fidelity [MODEL ...] [--targets T,T] [--layers] [--samples N]
+[--write]`; `--write` saves the totals to tests/bench/results/vela.json, from which
+`python tools/gen_docs.py` fills the fidelity table of docs/targets.md.
 Each model (every demo in assets/models and CNNs of the model zoo) is compiled for each target
 with real calibration data (the demo's calibration set, or assets/data/images for the zoo, as
 bench_tflite_zoo does); compile exports model.tflite and runs vela 5.2 on it with the target's
@@ -49,10 +51,12 @@ MODELS = {  # name: (path, shapes, calibration npz or None for the images, mean,
     "ddddocr_det": (SITE / "ddddocr/common_det.onnx", None, None, 0, 1, True),
 }
 SAMPLES = 8
+RESULTS = Path(__file__).resolve().parent / "results" / "vela.json"
 
 
-def measure(name: str, targets: tuple[str, ...], layers: bool) -> dict[str, tuple[float, float]]:
-    """Compile one model for each target with vela; print ours beside vela; (ratio, rho) per target."""
+def measure(name: str, targets: tuple[str, ...], layers: bool) -> dict[str, dict]:
+    """Compile one model for each target with vela; print ours beside vela; per target the ratio,
+    rho and the row of results/vela.json."""
     path, shapes, calib, mean, std, _ = MODELS[name]
     g = _load(path, shapes)
     inp = g.inputs[0].name
@@ -60,7 +64,7 @@ def measure(name: str, targets: tuple[str, ...], layers: bool) -> dict[str, tupl
         xs = np.load(ASSETS / "data" / calib)[inp][:SAMPLES]
     else:
         xs = _images([int(d) for d in g.inputs[0].type.shape], mean, std)[:SAMPLES]
-    out: dict[str, tuple[float, float]] = {}
+    out: dict[str, dict] = {}
     for tname in targets:
         tgt = resolve_target(tname)
         t0 = time.perf_counter()
@@ -87,7 +91,10 @@ def measure(name: str, targets: tuple[str, ...], layers: bool) -> dict[str, tupl
                 ratio = row["ours"] / row["vela"] if row["vela"] else float("nan")
                 print(f"  {row['op_type']:<18} {row['ours']:>10.0f} {row['vela']:>10d} {ratio:>6.2f} "
                       f"{row['macs']:>10d}  {row['node'][-48:]}")
-        out[tname] = (c.ratio, rho)
+        out[tname] = {"model": name, "target": tname, "ours_cycles": round(c.ours_total_us * tgt.npu.clock_mhz),
+                      "vela_cycles": round(c.vela_total_us * tgt.npu.clock_mhz), "ratio": c.ratio,
+                      "spearman": None if rho != rho else round(rho, 4),
+                      "cpu_here_npu_there": len(c.cpu_here_npu_there), "npu_here_cpu_there": len(c.npu_here_cpu_there)}
     return out
 
 
@@ -113,7 +120,9 @@ def main(argv: list[str]) -> int:
         SAMPLES = int(argv[k + 1])
         argv = argv[:k] + argv[k + 2:]
     names = argv or list(MODELS)
-    table: dict[str, dict[str, tuple[float, float]]] = {}
+    write = "--write" in argv
+    names = [a for a in names if a != "--write"] or list(MODELS)
+    table: dict[str, dict[str, dict]] = {}
     with one_blas_thread():
         for name in names:
             table[name] = measure(name, targets, layers)
@@ -121,15 +130,25 @@ def main(argv: list[str]) -> int:
     print("| model | " + " | ".join(f"{t} ours/vela (rho)" for t in targets) + " |")
     print("|---|" + "---|" * len(targets))
     for name, row in table.items():
-        print(f"| {name} | " + " | ".join(f"{row[t][0]:.3f} ({row[t][1]:.2f})" for t in targets) + " |")
+        print(f"| {name} | " + " | ".join(f"{row[t]['ratio']:.3f} ({row[t]['spearman'] or float('nan'):.2f})"
+                                          for t in targets) + " |")
     print()
     print("| target | median ours/vela | worst ours/vela | lowest rho |")
     print("|---|---|---|---|")
     for t in targets:
-        ratios = [table[n][t][0] for n in table]
-        rhos = [table[n][t][1] for n in table if table[n][t][1] == table[n][t][1]]
-        worst = max(ratios, key=lambda x: abs(np.log(x)))
+        ratios = [table[n][t]["ratio"] for n in table]
+        rhos = [table[n][t]["spearman"] for n in table if table[n][t]["spearman"] is not None]
+        worst = max(ratios, key=lambda x: abs(x - 1))
         print(f"| {t} | {statistics.median(ratios):.2f} | {worst:.2f} | {min(rhos) if rhos else float('nan'):.2f} |")
+    if write:
+        import json
+        from importlib.metadata import version
+
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        rows = [{k: v for k, v in table[n][t].items() if k != "ratio"} for n in table for t in targets]
+        RESULTS.write_text(json.dumps({"vela_version": version("ethos-u-vela"), "rows": rows}, indent=1) + "\n",
+                           encoding="utf-8")
+        print(f"wrote {RESULTS}")
     return 0
 
 

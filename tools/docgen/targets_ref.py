@@ -51,6 +51,18 @@ COST_USE: dict[str, str] = {
     "thermal.time_constant_s": "`simulate --thermal`: how fast the clock falls from peak toward sustained",
     "exports": "extra files `compile` writes for this target (`tflite`: model.tflite)",
     "vela": "how `compile --vela` runs Arm's vela (accelerator_config, system_config, memory_mode)",
+    "base": "this file extends that target: mappings merge key by key, other values replace, null removes",
+    "aliases": "other names `--target` accepts for this bundled target (ethos-u55-128 = ethos-u55)",
+    "ethos_u": "with it, NPU ops are costed as vela estimates them (engine/hw/ethos_u.py), not by the roofline",
+    "memory": "the memory system vela.ini describes for the target's system config and memory mode",
+    "ethos_u.macs": "checked against vela.accelerator_config; = OFM micro-block W x H x C x 8",
+    "ethos_u.ofm_ublock": "the OFM block search steps in micro-blocks; compute cycles count micro-blocks per block",
+    "ethos_u.shram_banks": "the OFM block must fit: IFM and accumulators double-buffered, rounded to granules",
+    "ethos_u.output_cycles_per_elem": "output-stage cycles per OFM element; elementwise ops cost this per element",
+    "ethos_u.weight_compression": "weights read from constant memory: int8 bytes x this (+ 10 bytes per channel)",
+    "memory.areas": "per memory: bytes/cycle = axi_bytes_per_cycle x clock_scale; bursts scale traffic; latencies per block",
+    "memory.feature_maps": "IFM/OFM traffic goes to this memory's access cycles",
+    "memory.constants": "weights, biases, LUTs and constant operands are read from here (or DMA'd into SRAM first)",
 }
 
 CONSTRAINT_USE = "per-op overrides under `npu.ops.OP` take the same keys"
@@ -95,13 +107,22 @@ def _rows(schema: dict[str, Any], prefix: str = "") -> list[str]:
 
 def field_table() -> str:
     """Markdown table of every field of the target YAML schema."""
-    from engine.hw.target import CONSTRAINT_SCHEMA, SCHEMA
+    from engine.hw.target import (
+        CONSTRAINT_SCHEMA,
+        ETHOS_U_SCHEMA,
+        MEMORY_AREA_SCHEMA,
+        MEMORY_SCHEMA,
+        SCHEMA,
+    )
 
     head = ["| Field | Type | Unit | Allowed | Required | Meaning | What the cost model does with it |",
             "|---|---|---|---|---|---|---|"]
     lines = head + _rows(SCHEMA)
     lines += ["", f"Constraint keys (under `npu.constraints`; {CONSTRAINT_USE}):", "", *head]
     lines += _rows(CONSTRAINT_SCHEMA, "npu.constraints.")
+    lines += ["", "Ethos-U keys (under `ethos_u`, `memory` and `memory.areas.NAME`):", "", *head]
+    lines += _rows(ETHOS_U_SCHEMA, "ethos_u.") + _rows(MEMORY_SCHEMA, "memory.")
+    lines += _rows(MEMORY_AREA_SCHEMA, "memory.areas.NAME.")
     return "\n".join(lines) + "\n"
 
 
@@ -134,10 +155,25 @@ def vela_ratios() -> str:
                 "(`{\"rows\": [{\"model\", \"target\", \"ours_cycles\", \"vela_cycles\"}]}`), "
                 "then `python tools/gen_docs.py` is rerun._\n")
     doc = json.loads(VELA_RESULTS.read_text(encoding="utf-8"))
-    lines = [f"From `{rel}`" + (f" (vela {doc['vela_version']})" if doc.get("vela_version") else "") + ":", "",
-             "| Model | Target | Ours (cycles) | vela (cycles) | ours / vela |", "|---|---|---:|---:|---:|"]
-    for r in doc.get("rows", []):
-        ratio = r["ours_cycles"] / r["vela_cycles"] if r.get("vela_cycles") else float("nan")
+    rows = doc.get("rows", [])
+    lines = [f"From `{rel}`" + (f" (vela {doc['vela_version']})" if doc.get("vela_version") else "")
+             + ", over the ops both put on the NPU:", "",
+             "| Target | Models | Median ours / vela | Worst ours / vela | Lowest Spearman |", "|---|---:|---:|---:|---:|"]
+    for target in dict.fromkeys(r["target"] for r in rows):
+        ratios = sorted(_ratio(r) for r in rows if r["target"] == target)
+        rhos = [r["spearman"] for r in rows if r["target"] == target and r.get("spearman") is not None]
+        worst = max(ratios, key=lambda x: abs(x - 1))
+        median = ratios[len(ratios) // 2] if len(ratios) % 2 else sum(ratios[len(ratios) // 2 - 1:][:2]) / 2
+        lines.append(f"| `{target}` | {len(ratios)} | {median:.2f} | {worst:.2f} | "
+                     + (f"{min(rhos):.2f}" if rhos else "-") + " |")
+    lines += ["", "| Model | Target | Ours (cycles) | vela (cycles) | ours / vela | Spearman | on our CPU, vela's NPU |",
+              "|---|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        rho = f"{r['spearman']:.2f}" if r.get("spearman") is not None else "-"
         lines.append(f"| {r['model']} | {r['target']} | {r['ours_cycles']:,.0f} | {r['vela_cycles']:,.0f} | "
-                     f"{ratio:.2f} |")
+                     f"{_ratio(r):.2f} | {rho} | {r.get('cpu_here_npu_there', 0)} |")
     return "\n".join(lines) + "\n"
+
+
+def _ratio(r: dict[str, Any]) -> float:
+    return r["ours_cycles"] / r["vela_cycles"] if r.get("vela_cycles") else float("nan")
