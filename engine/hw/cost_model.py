@@ -234,8 +234,8 @@ class CostModel:
             except ValueError as exc:
                 from engine.errors import InputError
 
-                raise InputError(f"{self.target.source or self.target.name}: field ethos_u.shram_banks: "
-                                 f"cannot hold node {f.name!r} ({exc})") from None
+                raise InputError(f"{self.target.source or self.target.name}: field npu.sram_kib: "
+                                 f"the SHRAM cannot hold node {f.name!r} ({exc})") from None
             compute += c.npu
             total += c.total
             macs += c.macs

@@ -119,6 +119,7 @@ class EthosUArch:
     constants: str = "flash"
     graph_io: str = "sram"
     spill: str | None = None
+    always_buffer_weights: bool = False
     weight_compression: float = 1.0
     ofm_block_max: tuple[int, int, int] = (64, 32, 128)
     reserved_output_banks: int = 2
@@ -531,4 +532,4 @@ def estimate(arch: EthosUArch, q: LayerQuery) -> LayerCycles:
     npu = int(conv_cycles(arch, q, cfg, arch.feature_maps)) + lut  # scales and biases now in SRAM
     buffered = LayerCycles(max(full, npu + first) * q.repeats, access_cycles(arch, q, cfg, buffered=True),
                            macs_of(q))
-    return buffered if buffered.total < direct.total else direct
+    return buffered if (arch.always_buffer_weights or buffered.total < direct.total) else direct

@@ -253,7 +253,7 @@ class LayerMapper:
         ifm = nhwc(x.type.shape, y.type.rank == 4 and x.type.rank == 4)
         op = f.node.op_type
         if op in COPIES:  # a data movement: one 1x1 pooling pass that reads the input and writes the output
-            q = self._base(f, "pooling", ifm if math.prod(ifm) == math.prod(ofm) else ofm, ofm,
+            q = self._base(f, "pooling", ofm, ofm,
                            output_kind="maxpool" if op == "Transpose" else "other")
             q.activation = "none"
             return [q]
@@ -283,7 +283,7 @@ class LayerMapper:
             out.append(q)
         return out
 
-    def _q_Softmax(self, f: Any) -> list[LayerQuery]:  # noqa: N802
+    def _q_Softmax(self, f: Any) -> list[LayerQuery]:
         """vela's int8 softmax over the last axis (rows x depth): a max pool along each row, x - max
         through a LUT exponent into 32 bits, a shift, a sum over each row, sixteen 32-bit steps per
         row for the reciprocal (Newton-Raphson), then a 32-bit multiply, add and shift of every

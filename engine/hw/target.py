@@ -106,7 +106,8 @@ ETHOS_U_SCHEMA: dict[str, Field] = {
     "cores": Field("int", "NPU cores", required=False, default=1, minimum=1),
     "ofm_ublock": Field("int_list", "OFM micro-block width, height, depth", length=3, minimum=1),
     "ifm_ublock": Field("int_list", "IFM micro-block width, height, depth", length=3, minimum=1),
-    "shram_banks": Field("int", "shared buffer (SHRAM) banks of 1 KiB", minimum=1),
+    "shram_banks": Field("int", "shared buffer (SHRAM) banks of 1 KiB (default: npu.sram_kib, the NPU's own buffer)",
+                         required=False, minimum=1),
     "shram_granules": Field("int_list", "bank granules of ifm8, ifm16, ifm8 and ifm16 elementwise, ifm32, acc16, "
                             "acc32, acc40", length=8, minimum=1),
     "output_cycles_per_elem": Field("number_list", "output-stage cycles per OFM element: 32-bit unary and binary "
@@ -134,6 +135,9 @@ MEMORY_SCHEMA: dict[str, Field] = {
     "constants": Field("str", "memory holding weights and constant tensors", choices=MEMORY_AREAS),
     "graph_io": Field("str", "memory holding the graph's inputs and outputs (default: feature_maps)",
                       required=False, choices=MEMORY_AREAS),
+    "buffer_weights": Field("str", "when weights are DMA'd into SRAM before use: when_faster (than reading them in "
+                            "place) or always (vela's Dedicated_Sram modes)", required=False, default="when_faster",
+                            choices=("when_faster", "always")),
     "spill": Field("str", "memory holding feature maps larger than half of the feature-map memory's size_kib "
                    "(vela's arena behind an SRAM cache; default: none, all fit)", required=False,
                    choices=MEMORY_AREAS),
@@ -448,17 +452,19 @@ def _check_ethos_u(d: dict[str, Any], npu: NpuProfile, vela: dict[str, str] | No
     if w * h * c * 8 != e["macs"]:
         raise fail(where, "ethos_u.ofm_ublock", f"{w}x{h}x{c} micro-blocks with 8-wide dot products make "
                    f"{w * h * c * 8} MACs per cycle, not ethos_u.macs {e['macs']}")
+    banks = e["shram_banks"] if e["shram_banks"] is not None else int(npu.sram_kib)
+    banks_field = "ethos_u.shram_banks" if e["shram_banks"] is not None else "npu.sram_kib"
     arch = EthosUArch(
         macs=e["macs"], cores=e["cores"], ofm_ublock=(w, h, c), ifm_ublock=tuple(e["ifm_ublock"]),
-        shram_banks=e["shram_banks"], shram_granules=tuple(e["shram_granules"]),
+        shram_banks=banks, shram_granules=tuple(e["shram_granules"]),
         output_cycles_per_elem=tuple(e["output_cycles_per_elem"]),
         activation_cycles_per_elem=tuple(e["activation_cycles_per_elem"]), memories=areas,
         feature_maps=m["feature_maps"], constants=m["constants"], graph_io=m["graph_io"],
-        spill=m["spill"],
+        spill=m["spill"], always_buffer_weights=m["buffer_weights"] == "always",
         weight_compression=e["weight_compression"])
     need = arch.smallest_block_banks()
     if arch.shram_banks < need:
-        raise fail(where, "ethos_u.shram_banks", f"{arch.shram_banks} banks of 1 KiB cannot hold the smallest layer "
+        raise fail(where, banks_field, f"{arch.shram_banks} banks of 1 KiB of SHRAM cannot hold the smallest layer "
                    f"(one {w}x{h}x{c} OFM micro-block with its IFM and accumulators, double-buffered, needs {need})")
     return arch
 

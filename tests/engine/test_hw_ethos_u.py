@@ -106,7 +106,7 @@ def test_mobilenet_demo_total_within_15_percent_of_vela_on_shared_npu_ops(target
 # -- the targets' YAML ------------------------------------------------------------------------------
 def test_ethos_u55_128_is_ethos_u55():
     a, b = resolve_target("ethos-u55-128"), resolve_target("ethos-u55")
-    assert a == b and a.ethos_u.shram_banks == 24 and a.npu.sram_kib == 24
+    assert a == b and a.ethos_u.shram_banks == 24 and a.npu.sram_kib == 24  # vela's U55-128 SHRAM
 
 
 def test_derived_targets_share_the_u55_op_rules_and_change_the_accelerator():
@@ -134,8 +134,8 @@ def test_unknown_vela_accelerator_is_one_error_naming_the_field(tmp_path):
 
 
 def test_shram_too_small_for_the_smallest_block_names_the_field(tmp_path):
-    path = _variant(tmp_path, ethos_u={"shram_banks": 8})
-    with pytest.raises(InputError, match=r"field ethos_u\.shram_banks: 8 banks .* cannot hold the smallest layer"):
+    path = _variant(tmp_path, npu={"sram_kib": 8})
+    with pytest.raises(InputError, match=r"field npu\.sram_kib: 8 banks .* cannot hold the smallest layer"):
         load_target(path)
 
 
