@@ -121,6 +121,7 @@ class EthosUArch:
     spill: str | None = None
     always_buffer_weights: bool = False
     weight_compression: float = 1.0
+    lut_pass_cycles_per_elem: float | None = None
     ofm_block_max: tuple[int, int, int] = (64, 32, 128)
     reserved_output_banks: int = 2
 
@@ -172,6 +173,7 @@ class LayerQuery:
     upscale: int = 1
     repeats: int = 1
     ifm2_const_mul: bool = False  # a Mul by a broadcast constant (read at 16 bits, one row per burst)
+    lut_pass: bool = False  # a LUT activation alone (a 1x1 pass of its own)
 
 
 @dataclass(frozen=True)
@@ -362,8 +364,10 @@ def output_cycles_per_elem(arch: EthosUArch, q: LayerQuery, cfg: BlockConfig) ->
         kind = "mul"
     else:
         kind = q.output_kind
-    per = max(arch.output_cycles_per_elem[OUTPUT_KINDS.index(kind)],
-              arch.activation_cycles_per_elem[ACTIVATION_KINDS.index(q.activation)])
+    act = arch.activation_cycles_per_elem[ACTIVATION_KINDS.index(q.activation)]
+    if q.lut_pass and arch.lut_pass_cycles_per_elem is not None:
+        act = arch.lut_pass_cycles_per_elem
+    per = max(arch.output_cycles_per_elem[OUTPUT_KINDS.index(kind)], act)
     if q.block_type == "elementwise":
         n_blk = math.prod(cfg.ofm_block)
         i_c, o_c = _block_memory_cycles(arch, q, cfg)

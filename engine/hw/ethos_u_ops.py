@@ -271,6 +271,7 @@ class LayerMapper:
         if f.node.op_type in LUT_ACTIVATIONS or f.node.op_type in RELU_ACTIVATIONS:  # an activation alone
             q.block_type, q.ifm2, q.kernel = "pooling", None, (1, 1)
             q.activation = "lut" if f.node.op_type in LUT_ACTIVATIONS else "relu"
+            q.lut_pass = q.activation == "lut"
         return [q]
 
     def _q_Concat(self, f: Any) -> list[LayerQuery]:

@@ -115,6 +115,8 @@ ETHOS_U_SCHEMA: dict[str, Field] = {
                                     minimum=0),
     "activation_cycles_per_elem": Field("number_list", "activation cycles per element: LUT, ReLU, none", length=3,
                                         minimum=0),
+    "lut_pass_cycles_per_elem": Field("number", "cycles per element of a LUT activation that runs alone (not fused "
+                                      "into the op before it)", required=False, minimum=0),
     "weight_compression": Field("number", "encoded weight bytes per int8 weight after vela's compression",
                                 required=False, default=1.0, above=0),
 }
@@ -459,6 +461,7 @@ def _check_ethos_u(d: dict[str, Any], npu: NpuProfile, vela: dict[str, str] | No
         shram_banks=banks, shram_granules=tuple(e["shram_granules"]),
         output_cycles_per_elem=tuple(e["output_cycles_per_elem"]),
         activation_cycles_per_elem=tuple(e["activation_cycles_per_elem"]), memories=areas,
+        lut_pass_cycles_per_elem=e["lut_pass_cycles_per_elem"],
         feature_maps=m["feature_maps"], constants=m["constants"], graph_io=m["graph_io"],
         spill=m["spill"], always_buffer_weights=m["buffer_weights"] == "always",
         weight_compression=e["weight_compression"])
