@@ -580,6 +580,9 @@ def list_targets() -> list[tuple[str, str]]:
         try:
             doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
             desc = str(doc.get("description", "")) if isinstance(doc, dict) else ""
+            aliases = [a for a in (doc.get("aliases") or []) if isinstance(a, str)] if isinstance(doc, dict) else []
+            if aliases:
+                desc += f" (also named {', '.join(aliases)})"
         except (OSError, yaml.YAMLError):
             desc = "(unreadable)"
         rows.append((name, desc))
