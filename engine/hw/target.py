@@ -474,23 +474,28 @@ def _check_ethos_u(d: dict[str, Any], npu: NpuProfile, vela: dict[str, str] | No
 
 def load_target(path: str | Path, known_ops: set[str] | None = None) -> HardwareTarget:
     """Load and validate a target YAML file; InputError names the file and the field."""
-    from engine.limits import parse_document, read_document
 
     p = Path(path)
     where = str(path)
     if not p.exists():
         raise InputError(f"{where}: no such target file")
+    doc = _extend(_read_yaml(p, where), p, where, (p.resolve(),))
+    return target_from_dict(doc, where, known_ops)
+
+
+def _read_yaml(p: Path, where: str) -> Any:
+    """The parsed document of a target file; InputError names the file (and the line)."""
+    from engine.limits import parse_document, read_document
+
     text = read_document(p, "target file", MAX_TARGET_BYTES)
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        doc = parse_document(text, where, "target file", lambda t: yaml.load(t, Loader=loader))
+        return parse_document(text, where, "target file", lambda t: yaml.load(t, Loader=loader))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" at line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or "syntax error"
         raise InputError(f"{where}: not valid YAML{line}: {excerpt(problem, 80)[1:-1]}") from None
-    doc = _extend(doc, p, where, (p.resolve(),))
-    return target_from_dict(doc, where, known_ops)
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -512,20 +517,13 @@ def _extend(doc: Any, path: Path, where: str, seen: tuple[Path, ...]) -> Any:
     name = doc["base"]
     if not isinstance(name, str):
         raise fail(where, "base", f"expected a target name or a path, got {excerpt(name)}")
-    from engine.limits import parse_document, read_document
-
     bundled = bundled_targets()
     base_path = bundled[name] if name in bundled else (path.parent / name)
     if not base_path.is_file():
         raise fail(where, "base", f"no bundled target or file {name!r} (bundled: {', '.join(bundled)})")
     if base_path.resolve() in seen:
         raise fail(where, "base", f"{name!r} extends itself (through {' -> '.join(p.name for p in seen)})")
-    text = read_document(base_path, "target file", MAX_TARGET_BYTES)
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    try:
-        base = parse_document(text, str(base_path), "target file", lambda t: yaml.load(t, Loader=loader))
-    except yaml.YAMLError:
-        raise fail(where, "base", f"{name!r} is not valid YAML") from None
+    base = _read_yaml(base_path, str(base_path))
     if not isinstance(base, dict):
         raise fail(where, "base", f"{name!r} is not a target file")
     base = _extend(base, base_path, str(base_path), (*seen, base_path.resolve()))
