@@ -250,10 +250,27 @@ def _fits(arch: EthosUArch, q: LayerQuery, ofm_b: tuple[int, int, int], ifm_b: t
     return ifm_end + ifm2_banks <= lut_start
 
 
+_BLOCKS: dict[tuple, BlockConfig | None] = {}
+_BLOCKS_MAX = 8192
+
+
 def block_config(arch: EthosUArch, q: LayerQuery) -> BlockConfig | None:
     """The block vela's ``find_block_config`` picks: over OFM blocks that fit SHRAM, the fewest
     IFM and weight elements fetched per OFM element (equation 2), ties to the larger IFM cover.
-    None when no block fits (the SHRAM is too small for this layer)."""
+    None when no block fits (the SHRAM is too small for this layer). Memoized on what the
+    search reads (networks repeat layer shapes; placement and simulation ask twice)."""
+    key = (arch.macs, arch.ofm_ublock, arch.ifm_ublock, arch.shram_banks, arch.shram_granules, arch.ofm_block_max,
+           arch.reserved_output_banks, q.block_type, q.ifm, q.ofm, q.ifm2, q.kernel, q.stride, q.dilation, q.ifm_bits,
+           q.activation == "lut", q.upscale)
+    hit = _BLOCKS.get(key, False)
+    if hit is False:
+        if len(_BLOCKS) >= _BLOCKS_MAX:
+            _BLOCKS.clear()
+        hit = _BLOCKS[key] = _search_block(arch, q)
+    return hit
+
+
+def _search_block(arch: EthosUArch, q: LayerQuery) -> BlockConfig | None:
     n, oh, ow, oc = q.ofm
     ifm = q.ifm if q.ifm2 is None or math.prod(q.ifm2) <= math.prod(q.ifm) else q.ifm2
     uw, uh, ud = arch.ofm_ublock

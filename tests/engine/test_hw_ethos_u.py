@@ -94,7 +94,7 @@ def test_bigger_npu_is_faster_as_vela_says(cnn_results):
     assert sorted(ours, key=ours.get) == sorted(vela, key=vela.get)
 
 
-@pytest.mark.parametrize("target", ETHOS_U)
+@pytest.mark.parametrize("target", ["ethos-u55-128", "ethos-u65-256"])  # the -256 U55 shares the -128's system
 def test_mobilenet_demo_total_within_15_percent_of_vela_on_shared_npu_ops(target):
     data = np.load(ASSETS / "data" / "mobilenet_calib.npz")
     r = _compile(onnx.load(ASSETS / "models" / "mobilenet_demo.onnx"), target, {"image": data["image"][:4]})
