@@ -149,6 +149,7 @@ class CostModel:
             else float(npu.sram_bytes)
         self._cpu_flops = target.cpu.peak_gflops * 1e3  # flops per us
         self._mapper: tuple[GraphFacts, LayerMapper] | None = None
+        self._arch = _effective_arch(target)
 
     # -- NPU ---------------------------------------------------------------------------------
     def npu_compute_cycles(self, f: NodeFacts) -> tuple[int, int, float]:
@@ -205,7 +206,7 @@ class CostModel:
 
     def ethos_u_layers(self, f: NodeFacts, facts: GraphFacts) -> list[ethos_u.LayerQuery]:
         """The Ethos-U operations vela makes of a node (engine.hw.ethos_u_ops)."""
-        arch = self.target.ethos_u
+        arch = self._arch
         if self._mapper is None or self._mapper[0] is not facts:
             fm = arch.memory(arch.feature_maps)
             size = fm.size_kib * 1024 if fm.size_kib else None
@@ -223,7 +224,7 @@ class CostModel:
     def ethos_u_cost(self, f: NodeFacts, facts: GraphFacts) -> OpCost:
         """Cost of a node on an Ethos-U: the sum over its operations of vela's estimate,
         max(NPU cycles, each memory's access cycles), at the NPU clock."""
-        arch = self.target.ethos_u
+        arch = self._arch
         npu = self.target.npu
         compute = total = 0.0
         macs = 0
@@ -287,6 +288,28 @@ class CostModel:
         if facts.npu_bytes(v) != facts.host_bytes(v):
             return True
         return self.target.npu.layout == "NHWC" and v.type.rank == 4
+
+
+def _effective_arch(target: HardwareTarget) -> ethos_u.EthosUArch | None:
+    """The target's Ethos-U with its memories' bytes per cycle as the NPU fields say: the
+    feature-map memory at ``npu.dram_bandwidth_gbps``, the constants' memory at
+    ``npu.weight_bandwidth_gbps`` (bytes per cycle = GB/s * 1000 / clock_mhz), so what-if edits
+    of those fields (sweeps, the editor's sliders) reach the estimate; ``memory.areas`` keeps
+    vela.ini's bursts and latencies (the bundled files give both the same bandwidth, which
+    tests/engine/test_hw_ethos_u.py checks)."""
+    import dataclasses
+
+    arch = target.ethos_u
+    if arch is None:
+        return None
+    npu = target.npu
+    mems = dict(arch.memories)
+    per_cycle = {arch.feature_maps: npu.dram_bandwidth_gbps * 1e3 / npu.clock_mhz}
+    if npu.weight_bandwidth_gbps is not None and arch.constants != arch.feature_maps:
+        per_cycle[arch.constants] = npu.weight_bandwidth_gbps * 1e3 / npu.clock_mhz
+    for name, bpc in per_cycle.items():
+        mems[name] = dataclasses.replace(mems[name], bytes_per_cycle=bpc)
+    return dataclasses.replace(arch, memories=mems)
 
 
 def plan_residency(order: list[NodeFacts], device: dict[str, str], partition: dict[str, int],

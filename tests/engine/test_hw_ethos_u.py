@@ -120,6 +120,21 @@ def test_derived_targets_share_the_u55_op_rules_and_change_the_accelerator():
     assert u65.ethos_u.memory("dram").bytes_per_cycle == 12.0
 
 
+@pytest.mark.parametrize("target", ETHOS_U)
+def test_npu_bandwidths_are_the_vela_ini_memories(target):
+    t = resolve_target(target)
+    e, clock = t.ethos_u, t.npu.clock_mhz
+    assert t.npu.dram_bandwidth_gbps == pytest.approx(e.memory(e.feature_maps).bytes_per_cycle * clock / 1e3)
+    assert t.npu.weight_bandwidth_gbps == pytest.approx(e.memory(e.constants).bytes_per_cycle * clock / 1e3)
+
+
+def test_slower_sram_slows_the_ethos_u_estimate():
+    g = engine.load(ASSETS / "models" / "mobilenet_demo.onnx")
+    t = resolve_target("ethos-u55-128")
+    fast, slow = engine.simulate(g, t), engine.simulate(g, t.with_npu(dram_bandwidth_gbps=0.5))
+    assert slow.latency_us > fast.latency_us
+
+
 def _variant(tmp_path, **changes) -> str:
     doc = {"base": str(TARGETS_DIR / "ethos-u55.yaml"), "name": "variant", **changes}
     p = tmp_path / "variant.yaml"
