@@ -1,6 +1,6 @@
 """int8 TFLite export on the demos and zoo CNNs: LiteRT beside our QDQ model and our simulation.
 
-Run: `python -m tests.bench.bench_tflite_zoo [NAME ...] [--samples N] [--heldout N]`. Each model is
+Run: `python -m tests.bench.bench_tflite_zoo [NAME ...] [--samples N] [--heldout N] [--simulated N]`. Each model is
 compiled for ethos-u55 with real calibration data (the first `--samples`, 12 by default, of the
 demo's calibration set or of assets/data/images) and measured on data it was not calibrated on
 (`--heldout`, 96 by default: random crops of the scikit-image pictures the bundled images come
@@ -246,14 +246,17 @@ def _has_vela() -> bool:
 
 
 def main(argv: list[str]) -> int:
-    global SAMPLES, HELDOUT
-    for flag in ("--samples", "--heldout"):
+    global SAMPLES, HELDOUT, SIMULATED
+    for flag in ("--samples", "--heldout", "--simulated"):
         if flag in argv:
             k = argv.index(flag)
+            value = int(argv[k + 1])
             if flag == "--samples":
-                SAMPLES = int(argv[k + 1])
+                SAMPLES = value
+            elif flag == "--heldout":
+                HELDOUT = value
             else:
-                HELDOUT = int(argv[k + 1])
+                SIMULATED = value
             argv = argv[:k] + argv[k + 2:]
     with one_blas_thread():
         for name in argv or list(MODELS):
