@@ -5,15 +5,15 @@ method of every tensor (engine.quant.autorange, ``--method auto``), then empiric
 correction (engine.quant.bias_correction). Each step is measured: the worst pooled output SQNR
 of the QDQ model against FP32 before and after it, on "decision" samples (the first calibration
 samples) and on held-out samples (the last quarter of the calibration set when it has at least 4
-samples, which calibration never sees and no decision is made on). In ``auto`` mode a step is
-kept when it raises the decision SQNR; ``on`` keeps it regardless; ``off`` skips it. Every step
-records what it changed and the dB it bought in the quantize report (``"ptq"``).
+samples: no decision is made on them). Ranges are calibrated on every sample, held-out ones
+included: a rare outlier in the last samples must be seen by the decisions that clip it, not
+appear only in the final ranges. In ``auto`` mode a step is kept when it raises the decision
+SQNR; ``on`` keeps it regardless; ``off`` skips it. Every step records what it changed and the
+dB it bought in the quantize report (``"ptq"``).
 
 CLE and SmoothQuant return a float graph that computes what the input graph computes (up to
 float rounding): it is the reference the analysis compares with, so layer errors stay
 meaningful. Bias correction changes only the graph that is quantized, never the reference.
-Once every decision is made, the final graph is calibrated again on all samples (held-out ones
-included), so the model written loses no calibration data to the verification.
 Memory stays flat in the number of samples: calibration keeps histograms, and the FP32 values
 the decisions need are held for a fixed handful of samples.
 """
@@ -94,6 +94,7 @@ class Prepared:
     config: QuantConfig
     steps: list[PTQStep] = field(default_factory=list)
     calib_samples: int = 0
+    """Samples decisions may be scored on (the held-out ones excluded)."""
     heldout_samples: int = 0
     seconds: float = 0.0
 
@@ -110,12 +111,12 @@ def wants_pipeline(config: QuantConfig) -> bool:
                                                                config.bias_correction))
 
 
-def split(data: CalibrationSet) -> tuple[CalibrationSet, list[dict[str, np.ndarray]]]:
-    """(calibration part, held-out samples): the last quarter is held out when there are >= 4."""
+def split(data: CalibrationSet) -> tuple[int, list[dict[str, np.ndarray]]]:
+    """(number of samples decisions may use, held-out samples): the last quarter (at most
+    HELDOUT_SAMPLES of it) is held out when there are >= 4 samples."""
     n = len(data)
     hold = n // 4 if n >= 4 else 0
-    heldout = [data.sample(i) for i in range(n - hold, n)][:HELDOUT_SAMPLES]
-    return data.take(n - hold), heldout
+    return n - hold, [data.sample(i) for i in range(n - hold, n)][:HELDOUT_SAMPLES]
 
 
 def worst_sqnr(ref: Graph, build: Graph, calib: Calibration, config: QuantConfig,
@@ -138,8 +139,9 @@ def _fp_values(graph: Graph, samples: list[dict[str, np.ndarray]]) -> list[Mappi
 class _Pipeline:
     def __init__(self, graph: Graph, data: CalibrationSet, config: QuantConfig, stage: Stage | None,
                  cancel: Callable[[], bool] | None) -> None:
-        self.calib_data, self.heldout = split(data)
-        self.decide = [self.calib_data.sample(i) for i in range(min(len(self.calib_data), DECISION_SAMPLES))]
+        self.calib_data = data
+        self.usable, self.heldout = split(data)
+        self.decide = [data.sample(i) for i in range(min(self.usable, DECISION_SAMPLES))]
         self.config = config
         self.stage = stage
         self.cancel = cancel
@@ -193,11 +195,7 @@ def prepare(graph: Graph, data: CalibrationSet, config: QuantConfig, progress: S
     if config.bias_correction != "off":
         build, cur = _bias_step(p, steps, cur, cfg, values)
     del values
-    calib = p.calib
-    if p.heldout:  # decisions made and verified: the final ranges see every sample
-        calib = calibrate(p.graph, data, p.provisional, histograms=True, cancel=cancel,
-                          progress=(lambda d, t: progress("calibrate", d, t)) if progress else None)
-    return Prepared(p.graph, build, calib, cfg, steps, len(p.calib_data), len(p.heldout),
+    return Prepared(p.graph, build, p.calib, cfg, steps, p.usable, len(p.heldout),
                     time.perf_counter() - t_all)
 
 

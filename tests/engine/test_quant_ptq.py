@@ -182,7 +182,7 @@ def test_cli_quantize_defaults_to_auto_and_reports_each_algorithm(tmp_path):
     rep = json.loads((tmp_path / "r.json").read_text())
     assert rep["method"] == "auto"
     assert [s["algorithm"] for s in rep["ptq"]["steps"]] == ["cle", "smoothquant", "auto_range", "bias_correction"]
-    assert rep["ptq"]["heldout_samples"] == 3 and rep["seconds"] > 0
+    assert rep["ptq"]["heldout_samples"] == 3 and rep["ptq"]["calibration_samples"] == 9 and rep["seconds"] > 0
     assert "ptq cle: applied" in out
 
 
