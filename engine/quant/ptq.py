@@ -5,7 +5,8 @@ method of every tensor (engine.quant.autorange, ``--method auto``), then empiric
 correction (engine.quant.bias_correction). Each step is measured: the worst pooled output SQNR
 of the QDQ model against FP32 before and after it, on "decision" samples (the first calibration
 samples) and on held-out samples (the last quarter of the calibration set when it has at least 4
-samples: no decision is made on them). Ranges are calibrated on every sample, held-out ones
+samples: a step is kept only if the held-out SQNR does not fall, but no choice between
+candidates is made on them). Ranges are calibrated on every sample, held-out ones
 included: a rare outlier in the last samples must be seen by the decisions that clip it, not
 appear only in the final ranges. In ``auto`` mode a step is kept when it raises the decision
 SQNR; ``on`` keeps it regardless; ``off`` skips it. Every step records what it changed and the
@@ -28,7 +29,6 @@ import numpy as np
 
 from engine.errors import Cancelled
 from engine.ir.graph import Graph
-from engine.quant.analysis import analyze
 from engine.quant.calibrate import Calibration, calibrate
 from engine.quant.config import QuantConfig
 from engine.quant.data import CalibrationSet
@@ -119,15 +119,6 @@ def split(data: CalibrationSet) -> tuple[int, list[dict[str, np.ndarray]]]:
     return n - hold, [data.sample(i) for i in range(n - hold, n)][:HELDOUT_SAMPLES]
 
 
-def worst_sqnr(ref: Graph, build: Graph, calib: Calibration, config: QuantConfig,
-               samples: list[dict[str, np.ndarray]]) -> float:
-    """Worst pooled output SQNR (dB) of the QDQ model of ``build`` against ``ref``."""
-    if not samples:
-        return float("nan")
-    qm = build_qdq(build, calib, config)
-    return min(s.sqnr_db for s in analyze(ref, qm, samples, len(samples), outputs_only=True).outputs.values())
-
-
 def _fp_values(graph: Graph, samples: list[dict[str, np.ndarray]]) -> list[Mapping[str, np.ndarray]]:
     from engine import executor_for
     from engine.sim.feeds import check_feeds
@@ -149,7 +140,7 @@ class _Pipeline:
         self.provisional = config if config.method != "auto" else replace(config, method="minmax")
         self.graph = graph
         self.calib = self.calibrate(graph)
-        self.score_cache: dict[int, tuple[float, float | None]] = {}
+        self.ref_outputs: dict[tuple[int, bool], tuple[Graph, list]] = {}
 
     def check(self) -> None:
         if self.cancel is not None and self.cancel():
@@ -161,19 +152,52 @@ class _Pipeline:
         return calibrate(graph, self.calib_data, self.provisional, tensors=tensors, histograms=True,
                          progress=prog, cancel=self.cancel)
 
-    def scores(self, ref: Graph, build: Graph, calib: Calibration, config: QuantConfig) -> tuple[float, float | None]:
+    def outputs(self, ref: Graph, held: bool) -> list[dict[str, np.ndarray]]:
+        """FP32 outputs of ``ref`` on the decision (or held-out) samples, computed once per graph."""
+        from engine import executor_for
+        from engine.sim.feeds import check_feeds
+
+        key = (id(ref), held)
+        if key not in self.ref_outputs or self.ref_outputs[key][0] is not ref:
+            ex = executor_for(ref)
+            self.ref_outputs[key] = (ref, [ex.run(check_feeds(ref, f)) for f in (self.heldout if held else self.decide)])
+        return self.ref_outputs[key][1]
+
+    def score(self, ref: Graph, build: Graph, calib: Calibration, config: QuantConfig, held: bool = False) -> float:
+        """Worst pooled output SQNR (dB) of the QDQ model of ``build`` against ``ref``."""
+        from engine import executor_for
+        from engine.quant.analysis import ErrorStats
+        from engine.sim.feeds import check_feeds
+
         self.check()
-        dec = worst_sqnr(ref, build, calib, config, self.decide)
-        held = worst_sqnr(ref, build, calib, config, self.heldout) if self.heldout else None
-        return dec, held
+        samples = self.heldout if held else self.decide
+        if not samples:
+            return float("nan")
+        qm = build_qdq(build, calib, config)
+        ex = executor_for(qm.graph)
+        stats: dict[str, ErrorStats] = {}
+        for feeds, want in zip(samples, self.outputs(ref, held)):
+            got = ex.run(check_feeds(qm.graph, feeds))
+            for name, r in want.items():
+                stats.setdefault(name, ErrorStats()).update(r, got[name])
+        return min(st.sqnr_db for st in stats.values())
+
+    def scores(self, ref: Graph, build: Graph, calib: Calibration, config: QuantConfig) -> tuple[float, float | None]:
+        """(decision SQNR, held-out SQNR or None without held-out samples)."""
+        dec = self.score(ref, build, calib, config)
+        return dec, (self.score(ref, build, calib, config, held=True) if self.heldout else None)
 
     @staticmethod
     def pair(before: tuple[float, float | None], after: tuple[float, float | None]):
         held = None if before[1] is None or after[1] is None else (before[1], after[1])
         return (before[0], after[0]), held
 
-    def keep(self, mode: str, before: float, after: float) -> bool:
-        return mode == "on" or after >= before + MIN_GAIN_DB
+    def keep(self, mode: str, before: tuple[float, float | None], after: tuple[float, float | None]) -> bool:
+        """``on``: always; ``auto``: the decision SQNR rises and the held-out one does not fall."""
+        if mode == "on":
+            return True
+        verified = before[1] is None or after[1] is None or after[1] >= before[1]
+        return after[0] >= before[0] + MIN_GAIN_DB and verified
 
 
 def prepare(graph: Graph, data: CalibrationSet, config: QuantConfig, progress: Stage | None = None,
@@ -210,7 +234,7 @@ def _cle_step(p: _Pipeline, steps: list[PTQStep], cur):
         return cur
     cal = p.calibrate(g)
     new = p.scores(g, g, cal, p.provisional)
-    kept = p.keep(p.config.cle, cur[0], new[0])
+    kept = p.keep(p.config.cle, cur, new)
     calib_db, held = p.pair(cur, new)
     steps.append(PTQStep("cle", p.config.cle, kept, [x.to_json() for x in pairs], calib_db, held,
                          time.perf_counter() - t))
@@ -238,13 +262,14 @@ def _smooth_step(p: _Pipeline, steps: list[PTQStep], cur):
     for alpha in SMOOTH_ALPHAS:
         g, pairs = smooth(p.graph, scales[alpha], alpha, amax)
         cal = Calibration({**p.calib.stats, **stats[alpha]}, p.calib.samples, p.calib.source, True)
-        score = p.scores(g, g, cal, p.provisional)
-        tried[alpha] = round(score[0], 3)
-        if best is None or score[0] > best[0][0]:
-            best = (score, g, cal, pairs, alpha)
+        dec = p.score(g, g, cal, p.provisional)
+        tried[alpha] = round(dec, 3)
+        if best is None or dec > best[0]:
+            best = (dec, g, cal, pairs, alpha)
     assert best is not None
-    score, g, cal, pairs, alpha = best
-    kept = p.keep(p.config.smoothquant, cur[0], score[0])
+    dec, g, cal, pairs, alpha = best
+    score = (dec, p.score(g, g, cal, p.provisional, held=True) if p.heldout else None)
+    kept = p.keep(p.config.smoothquant, cur, score)
     calib_db, held = p.pair(cur, score)
     steps.append(PTQStep("smoothquant", p.config.smoothquant, kept,
                          {"alpha": alpha, "alphas_tried": tried, "sites": [x.to_json() for x in pairs]},
@@ -292,8 +317,8 @@ def _range_step(p: _Pipeline, steps: list[PTQStep], cur, values):
         return replace(p.config, method="auto", method_overrides={**methods, **fixed})
 
     uniform = {m: {k: m for k in names} for m in RANGE_METHODS}
-    scored = {m: p.scores(p.graph, p.graph, p.calib, with_methods(uniform[m])) for m in RANGE_METHODS}
-    start = max(RANGE_METHODS, key=lambda m: scored[m][0])
+    scored = {m: p.score(p.graph, p.graph, p.calib, with_methods(uniform[m])) for m in RANGE_METHODS}
+    start = max(RANGE_METHODS, key=lambda m: scored[m])
     methods = dict(uniform[start])
     best = scored[start]
     proposals = {c.tensor: c.method for c in choose_ranges(p.graph, p.calib, p.config, values[:RANGE_SAMPLES])}
@@ -303,20 +328,31 @@ def _range_step(p: _Pipeline, steps: list[PTQStep], cur, values):
     chunks = [differ[i:i + size] for i in range(0, len(differ), size)]
     for chunk in chunks:
         trial = {**methods, **{k: proposals[k] for k in chunk}}
-        score = p.scores(p.graph, p.graph, p.calib, with_methods(trial))
-        if score[0] >= best[0] + MIN_GAIN_DB:
+        score = p.score(p.graph, p.graph, p.calib, with_methods(trial))
+        if score >= best + MIN_GAIN_DB:
             methods, best, accepted = trial, score, accepted + len(chunk)
-    counts: dict[str, int] = {}
+    # cur is minmax on every tensor (the provisional ranges): the choice must beat it on the
+    # decision samples and hold on the held-out ones, else every tensor keeps minmax
+    chosen = (best, p.score(p.graph, p.graph, p.calib, with_methods(methods), held=True) if p.heldout else None)
+    kept = p.keep("auto", cur, chosen)
+    if not kept and accepted and start != "minmax":  # the per-tensor refinement did not hold: the best uniform?
+        methods, accepted = dict(uniform[start]), 0
+        chosen = (scored[start], p.score(p.graph, p.graph, p.calib, with_methods(methods), held=True)
+                  if p.heldout else None)
+        kept = p.keep("auto", cur, chosen)
+    counts = {}
     for m in methods.values():
         counts[m] = counts.get(m, 0) + 1
-    calib_db, held = p.pair(scored["minmax"], best)
-    steps.append(PTQStep("auto_range", "auto", True,
+    calib_db, held = p.pair(cur, chosen)
+    steps.append(PTQStep("auto_range", "auto", kept,
                          {"start": start, "proposed_changes": len(differ), "accepted_changes": accepted,
                           "per_tensor_methods": dict(sorted(counts.items())),
-                          "uniform_sqnr_db": {k: round(v[0], 3) for k, v in scored.items()}},
+                          "uniform_sqnr_db": {k: round(v, 3) for k, v in scored.items()}},
                          calib_db, held, time.perf_counter() - t,
-                         "gain is against minmax on every tensor"))
-    return with_methods(methods), best
+                         "gain is against minmax on every tensor" + ("" if kept else "; not verified: minmax kept")))
+    if not kept:
+        return with_methods(uniform["minmax"]), cur
+    return with_methods(methods), chosen
 
 
 def _topological_tensors(graph: Graph, calib: Calibration) -> list[str]:
@@ -340,7 +376,7 @@ def _bias_step(p: _Pipeline, steps: list[PTQStep], cur, cfg: QuantConfig, values
                              time.perf_counter() - t, "no quantized Conv/Gemm without a fused activation"))
         return p.graph, cur
     new = p.scores(p.graph, build, p.calib, cfg)
-    kept = p.keep(p.config.bias_correction, cur[0], new[0])
+    kept = p.keep(p.config.bias_correction, cur, new)
     calib_db, held = p.pair(cur, new)
     top = sorted(shifts, key=lambda s: -s.relative_shift)
     steps.append(PTQStep("bias_correction", p.config.bias_correction, kept,

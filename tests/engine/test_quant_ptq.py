@@ -165,7 +165,11 @@ def test_method_auto_is_never_worse_than_the_best_single_method_on_digits():
     step = _step(r, "auto_range")
     uniform = step["changed"]["uniform_sqnr_db"]
     assert set(uniform) == {"minmax", "percentile", "mse"}
-    assert step["calib_sqnr_db"]["after"] >= max(uniform.values())
+    if step["applied"]:  # kept only when it beat minmax and held on the held-out samples
+        assert step["calib_sqnr_db"]["after"] >= max(uniform.values())
+        assert step["heldout_sqnr_db"]["after"] >= step["heldout_sqnr_db"]["before"]
+    else:
+        assert set(r.config.method_overrides.values()) == {"minmax"}
     assert sum(step["changed"]["per_tensor_methods"].values()) == len(r.config.method_overrides)
     # every calibrated tensor got its own method, and the QDQ model uses exactly those ranges
     assert set(r.config.method_overrides) == set(r.calibration.stats)
