@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from engine.ir.fused import run_activation
 from engine.ir.graph import Graph, Node
+from engine.quant.analysis import run_node
 from engine.quant.calibrate import Calibration, fused_into_producer, quantizable_nodes
 from engine.quant.config import QuantConfig, quant_spec
 from engine.quant.observers import HistogramObserver
@@ -37,18 +37,6 @@ class RangeChoice:
     tensor: str
     method: str
     errors: dict[str, float]
-
-
-def run_node(graph: Graph, node: Node, args: Sequence[np.ndarray | None]) -> np.ndarray:
-    """The first output of ``node`` (its fused activation applied) computed from ``args``."""
-    from nodes import registry
-    from nodes.spec import RunContext
-
-    spec = registry.get(node.op_type, node.domain)
-    assert spec is not None
-    res = spec.reference(RunContext(node, spec.resolve_attrs(node), graph.opset(spec.domain)), *args)
-    out = res if isinstance(res, np.ndarray) else np.asarray(next(iter(res)))
-    return run_activation(node, out, graph.opset("")) if node.activation else out
 
 
 def _readers(graph: Graph, config: QuantConfig) -> dict[str, list[tuple[Node, int]]]:

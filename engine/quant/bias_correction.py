@@ -21,9 +21,10 @@ import numpy as np
 
 from engine.ir.clone import clone_graph
 from engine.ir.graph import Graph, Node
+from engine.quant.analysis import isolated_args, run_node
 from engine.quant.calibrate import Calibration
 from engine.quant.config import QuantConfig
-from engine.quant.params import FLOAT_PRECISIONS, dequantize_array, fake_quantize, quantize_array
+from engine.quant.params import FLOAT_PRECISIONS
 from engine.quant.qdq import build_qdq
 
 
@@ -70,13 +71,7 @@ def correctable(graph: Graph, precision: Mapping[str, str]) -> list[Node]:
 
 
 def _preactivation(graph: Graph, node: Node, args: list) -> np.ndarray:
-    from nodes import registry
-    from nodes.spec import RunContext
-
-    spec = registry.get(node.op_type, node.domain)
-    assert spec is not None
-    res = spec.reference(RunContext(node, spec.resolve_attrs(node), graph.opset(spec.domain)), *args)
-    return np.asarray(res if isinstance(res, np.ndarray) else next(iter(res)), np.float64)
+    return np.asarray(run_node(graph, node, args, activation=False), np.float64)
 
 
 def measure_shifts(build: Graph, calib: Calibration, config: QuantConfig,
@@ -89,22 +84,12 @@ def measure_shifts(build: Graph, calib: Calibration, config: QuantConfig,
     qm = build_qdq(build, calib, config)
     out: dict[str, tuple[np.ndarray, float]] = {}
     for n in correctable(build, qm.node_precision):
-        params = qm.node_params.get(n.name, {})
         sums, sq, count = 0.0, 0.0, 0
         for env in ref_envs:
             if any(v is not None and v.const is None and v.name not in env for v in n.inputs):
                 break
-            fp_args, q_args = [], []
-            for i, v in enumerate(n.inputs):
-                x = None if v is None else v.const if v.const is not None else env[v.name]
-                fp_args.append(x)
-                if v is not None and v.name in params:
-                    x = fake_quantize(x, params[v.name])
-                elif i == 1 and v is not None and v.name in qm.weights:
-                    x = fake_quantize(x, qm.weights[v.name])
-                elif i == 2 and v is not None and v.name in qm.biases:
-                    x = dequantize_array(quantize_array(x, qm.biases[v.name]), qm.biases[v.name])
-                q_args.append(x)
+            fp_args = [None if v is None else v.const if v.const is not None else env[v.name] for v in n.inputs]
+            q_args = isolated_args(qm, n, env)
             ref = _preactivation(build, n, fp_args)
             d = _preactivation(build, n, q_args) - ref
             ax = _channel_axis(n, d)
