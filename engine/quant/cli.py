@@ -155,8 +155,7 @@ def cmd_quantize(args: argparse.Namespace, out: Out) -> int:
             state = "applied" if st.applied else "not applied"
             out.line(f"ptq {st.algorithm}: {state}, {st.gain_db:+.2f} dB on calibration samples{held}"
                      + (f" ({st.note})" if st.note and not st.applied else ""))
-    out.line(f"wrote {args.output} ({len(result.model.node_precision)} layers quantized, {report['samples']} samples, "
-             f"{result.seconds:.1f} s)")
+    out.line(f"wrote {args.output} ({len(result.model.node_precision)} layers quantized, {report['samples']} samples)")
     for d in result.diagnostics:
         if d.code == "low-sqnr":
             out.info(f"warning: {d.message}")
