@@ -202,14 +202,15 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
     add_model_args(p)
     add_calib_args(p, required=True)
     p.add_argument("-o", "--output", required=True, metavar="OUT.onnx", help="where to write the QDQ model")
-    p.add_argument("--method", choices=("auto", "minmax", "percentile", "entropy", "mse"), default="auto",
+    p.add_argument("--method", choices=("auto", "minmax", "percentile", "entropy", "mse"), default="minmax",
                    help="how activation ranges are chosen from the calibration data (auto: per tensor, "
-                        "by the error each range causes; default)")
+                        "by the error each range causes)")
     for flag, what in (("--cle", "cross-layer equalization of Conv -> [ReLU] -> Conv chains"),
                        ("--smoothquant", "SmoothQuant migration of LayerNorm -> MatMul activation outliers"),
                        ("--bias-correction", "empirical bias correction of quantized Conv/Gemm")):
-        p.add_argument(flag, choices=("auto", "on", "off"), default="auto",
-                       help=f"{what} (auto: kept where it raises the output SQNR; default)")
+        p.add_argument(flag, choices=("auto", "on", "off"), default="off",
+                       help=f"{what} (auto: kept where it raises the output SQNR on calibration and "
+                            "held-out samples; off by default)")
     p.add_argument("--per-channel", action="store_true", help="per-output-channel weight scales")
     p.add_argument("--symmetric", action="store_true", help="symmetric activations (zero point 0)")
     p.add_argument("--dtype", choices=("int8", "uint8", "int16"), default="int8", help="activation type")

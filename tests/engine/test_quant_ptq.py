@@ -175,13 +175,14 @@ def test_method_auto_is_never_worse_than_the_best_single_method_on_digits():
     assert set(r.config.method_overrides) == set(r.calibration.stats)
 
 
-def test_cli_quantize_defaults_to_auto_and_reports_each_algorithm(tmp_path):
+def test_cli_quantize_runs_the_ptq_algorithms_asked_for_and_reports_each(tmp_path):
     m = _dws_model("Relu")
     src = tmp_path / "m.onnx"
     onnx.save(m, str(src))
     np.savez(tmp_path / "c.npz", x=RNG.uniform(0, 1, size=(12, 1, 3, 12, 12)).astype(np.float32))
     rc, out, err = run_cli(["quantize", str(src), "--calib", str(tmp_path / "c.npz"), "-o", str(tmp_path / "q.onnx"),
-                            "--per-channel", "--report", str(tmp_path / "r.json"), "--analysis-samples", "4"])
+                            "--per-channel", "--report", str(tmp_path / "r.json"), "--analysis-samples", "4",
+                            "--method", "auto", "--cle", "auto", "--smoothquant", "auto", "--bias-correction", "auto"])
     assert rc == 0, err
     rep = json.loads((tmp_path / "r.json").read_text())
     assert rep["method"] == "auto"
