@@ -107,6 +107,10 @@ def optimize_and_place_job(control: TaskControl, graph: Graph, target: Any) -> C
     from engine.passes.pipeline import optimize
 
     res = optimize(graph, copy=False)
+    if target is not None:  # the lowerings compile runs for this target, so both place the same graph
+        from engine.passes.lower_npu import lower_for_target
+
+        lower_for_target(res.graph, target)
     control.check()
     control.progress(0.6, "placing")
     placed = placement.place_graph(res.graph, target) if target is not None else placement.PlacementOutcome()

@@ -36,6 +36,12 @@ class OpConstraints:
     max_kernel: int | None = None
     max_stride: int | None = None
     max_dilation: int | None = None
+    max_weight_rank: int | None = None
+    max_matmul_dim: int | None = None
+    max_reduce_axis: int | None = None
+    max_reduce_elements: int | None = None
+    exponents: tuple[float, ...] = ()
+    lut: bool = False
     target: str = ""
 
     @property
@@ -52,5 +58,6 @@ class OpConstraints:
         """Format fields for rule docstrings (limits, names, joined dtype list)."""
         d = dataclasses.asdict(self)
         d["dtypes"] = ", ".join(self.dtypes)
+        d["exponents"] = ", ".join(f"{e:g}" for e in self.exponents) or "any"
         d["max_tensor_kib"] = f"{self.max_tensor_kib:g}" if self.max_tensor_kib is not None else "any"
         return d

@@ -187,6 +187,99 @@ WINDOW_RULES: tuple[Rule, ...] = (kernel_size_limit, stride_limit, dilation_limi
 """Rules of sliding-window ops (Conv, ConvTranspose, MaxPool, AveragePool, LpPool)."""
 
 
+# -- OPERAND: MatMul, reductions, Pow (limits of an NPU's fully connected, batch matmul, MEAN) ---
+def _weight_rank_detail(ctx: NodeContext, c: Any) -> str:
+    t = ctx.input_types[0] if ctx.input_types else None
+    return f"activation rank {t.rank}" if t is not None and t.rank is not None else ""
+
+
+@rule(fix="reshape the activation to 2-D around the MatMul (the lower_matmul pass does this)",
+      detail=_weight_rank_detail)
+def matmul_weight_rank(ctx: NodeContext, c: OpConstraints) -> bool:
+    """A MatMul by a constant weight (a fully connected layer) must have an activation of rank at most
+    {max_weight_rank} on this NPU."""
+    if c.max_weight_rank is None or ctx.n_inputs < 2 or ctx.const(1) is None:
+        return True
+    t = ctx.input_types[0]
+    return t is None or t.rank is None or t.rank <= c.max_weight_rank
+
+
+def _matmul_dims(ctx: NodeContext) -> tuple[int, int] | None:
+    a, b = ctx.shape(0), ctx.shape(1)
+    if not a or not b or not isinstance(a[-1], int) or not isinstance(b[-1], int):
+        return None
+    return int(a[-1]), int(b[-1])
+
+
+@rule(fix="split the product along its reduced axis or its output columns",
+      detail=lambda ctx, c: "reduced axis {}, output depth {}".format(*(_matmul_dims(ctx) or ("?", "?"))))
+def matmul_dims_limit(ctx: NodeContext, c: OpConstraints) -> bool:
+    """A MatMul of two activations (a batch matmul) must have a reduced axis and an output depth of at
+    most {max_matmul_dim} on this NPU."""
+    if c.max_matmul_dim is None or ctx.n_inputs < 2 or ctx.const(1) is not None:
+        return True
+    dims = _matmul_dims(ctx)
+    return dims is None or max(dims) <= c.max_matmul_dim
+
+
+def reduced_axes(ctx: NodeContext) -> list[int] | None:
+    """The axes a Reduce* node reduces (normalized), None when they are not known here."""
+    shape = ctx.shape(0)
+    if shape is None:
+        return None
+    axes = ctx.const(1) if ctx.n_inputs > 1 and ctx.input_types[1] is not None else None
+    raw = [int(a) for a in np.ravel(axes)] if axes is not None else ctx.attrs.get("axes")
+    if raw is None or len(raw) == 0:
+        return list(range(len(shape)))
+    return sorted({int(a) % len(shape) for a in raw})
+
+
+def _reduce_sizes(ctx: NodeContext) -> list[int]:
+    shape, axes = ctx.shape(0), reduced_axes(ctx)
+    if shape is None or axes is None:
+        return []
+    return [int(shape[a]) for a in axes if isinstance(shape[a], int)]
+
+
+@rule(fix="reduce in steps (one axis after the other, or over tiles)",
+      detail=lambda ctx, c: "reduced axes of " + "x".join(str(d) for d in _reduce_sizes(ctx)))
+def reduce_axis_limit(ctx: NodeContext, c: OpConstraints) -> bool:
+    """Each reduced axis must be at most {max_reduce_axis} long on this NPU."""
+    if c.max_reduce_axis is None:
+        return True
+    return all(d <= c.max_reduce_axis for d in _reduce_sizes(ctx))
+
+
+@rule(fix="reduce in steps (one axis after the other, or over tiles)",
+      detail=lambda ctx, c: f"{int(np.prod(_reduce_sizes(ctx) or [1]))} elements")
+def reduce_elements_limit(ctx: NodeContext, c: OpConstraints) -> bool:
+    """One output of a reduction may sum at most {max_reduce_elements} elements on this NPU."""
+    if c.max_reduce_elements is None:
+        return True
+    return int(np.prod(_reduce_sizes(ctx) or [1])) <= c.max_reduce_elements
+
+
+@rule(fix="compute the power on the CPU, or write it with the ops the NPU has (x * x)",
+      detail=lambda ctx, c: "exponent " + ("not a constant" if ctx.const(1) is None
+                                           else ", ".join(f"{float(e):g}" for e in np.ravel(ctx.const(1))[:4])))
+def pow_exponent(ctx: NodeContext, c: OpConstraints) -> bool:
+    """The exponent of Pow must be one constant number, one of {exponents}, on this NPU."""
+    if not c.exponents:
+        return True
+    e = ctx.const(1) if ctx.n_inputs > 1 else None
+    if e is None or np.size(e) != 1:
+        return False
+    x = float(np.ravel(e)[0])
+    return any(abs(x - v) <= 1e-6 * max(1.0, abs(v)) for v in c.exponents)
+
+
+MATMUL_RULES: tuple[Rule, ...] = (matmul_weight_rank, matmul_dims_limit)
+"""Rules of MatMul: the fully connected and batch matmul limits."""
+
+REDUCE_RULES: tuple[Rule, ...] = (reduce_axis_limit, reduce_elements_limit)
+"""Rules of the reductions an NPU runs (ReduceMean as MEAN, ReduceSum, ReduceMax ...)."""
+
+
 # -- evaluation ---------------------------------------------------------------------------------
 def message(fn: Rule, c: OpConstraints) -> str:
     """The rule's docstring formatted with the constraint fields (one line)."""

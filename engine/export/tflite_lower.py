@@ -252,8 +252,14 @@ class _Lowering(LoweringOps, SeqOps):
         """(input tensor, "SAME"|"VALID"): ONNX pads as TFLite padding, or an explicit PAD first."""
         pads = list(node.attrs.get("pads", [0, 0, 0, 0]))
         in_shape, out_shape = self.m.tensors[x].shape, self.m.tensors[y].shape
-        if node.attrs.get("auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET", "VALID", b"VALID"):
-            raise InputError(f"TFLite export: {node.name!r} uses auto_pad {node.attrs.get('auto_pad')!r}")
+        auto = node.attrs.get("auto_pad", "NOTSET")
+        auto = auto.decode() if isinstance(auto, bytes) else str(auto)
+        if auto == "SAME_UPPER":  # TFLite's SAME: the odd padding row/column at the end, as SAME_UPPER
+            return x, "SAME"
+        if auto == "VALID":
+            return x, "VALID"
+        if auto != "NOTSET":
+            raise InputError(f"TFLite export: {node.name!r} uses auto_pad {auto!r} (TFLite SAME pads at the end)")
         if not any(pads):
             return x, "VALID"
         same = []

@@ -1,0 +1,343 @@
+"""Lowerings before placement: ops the target's NPU cannot run rewritten into ops it can.
+
+A compiler for an NPU such as Arm's vela rewrites some ops into equivalent forms its hardware
+has before it decides what runs where. Each lowering here is a pass of one rule, driven by the
+target: it fires only where the target's support rules reject the node as it is and list every
+op of the lowered form (``check`` says which when it does not fire), so a target whose NPU runs
+the original op keeps it. The maths (exact in real arithmetic; float results differ by
+rounding only):
+
+``lower_matmul``: a MatMul of an activation A[d0, .., dk, K] (rank >= 3) by a constant 2-D
+weight W[K, N] is one matrix product over the rows of A (vela's FULLY_CONNECTED)::
+
+    Y = Reshape(MatMul(Reshape(A, [d0*..*dk, K]), W), [d0, .., dk, N])
+
+``lower_global_pool``: GlobalAveragePool(x)[n, c] = mean over h, w of x[n, c, h, w]
+    = ReduceMean(x, axes=[2, ..., r-1], keepdims=1)   (vela's MEAN, a depthwise sum on the NPU)
+
+``lower_div``: Div(x, c) with a constant c without zeros = Mul(x, 1 / c)  (no int8 DIV on the
+NPU; also for every target that exports TFLite, which has no int8 DIV vela runs).
+
+``lower_batchnorm``: a BatchNormalization left standalone (no Conv/Gemm before it to fold into)
+is a per-channel affine map::
+
+    BN(x)[c] = s[c] * x[c] + t[c],   s = gamma / sqrt(var + eps),   t = beta - s * mean
+             = Add(Mul(x, s'), t')  with s', t' shaped [C, 1, .., 1] to broadcast over axis 1
+
+``lower_lut``: Sigmoid, Tanh, HardSwish, HardSigmoid, Gelu, Exp, Log, Elu, LeakyRelu ... of an
+int8 tensor are single-input functions of 256 possible values: vela evaluates them through a
+256-entry lookup table (its LUT op). Where the target marks the op ``lut: true`` the node keeps
+its op type and is marked ``meta["npu_form"] = "LUT"`` (shown in the trace and the plan).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from engine.ir.graph import Graph, Node, Value
+from engine.passes.base import Pass, PassManager, RunResult
+from engine.passes.fuse_bn import bn_scale_shift
+from engine.passes.pattern import Const, Match, Op, Rule, RulePass, Var
+from engine.passes.rewrite import add_constant, const_value, merge_provenance, remove_nodes
+from nodes.types import TensorType
+
+LUT_OPS = ("Sigmoid", "Tanh", "HardSwish", "HardSigmoid", "Gelu", "Exp", "Log", "Elu", "LeakyRelu", "Softplus")
+"""Single-input functions an int8 NPU can evaluate as a 256-entry lookup table."""
+
+
+def _verdict(node: Node, target: Any) -> Any:
+    from engine.place.support import node_verdict
+
+    return node_verdict(node, target)
+
+
+def _unsupported(node: Node, target: Any) -> str | None:
+    """None when the NPU rejects ``node`` as it is (so lowering it helps), else the reason not to."""
+    v = _verdict(node, target)
+    if v.supported:
+        return f"{node.op_type} already runs on the {target.name} NPU"
+    return None
+
+
+def _missing(target: Any, ops: Iterable[str]) -> str | None:
+    """The reason the lowered form cannot run on the NPU either (an op it does not list)."""
+    gone = [op for op in ops if not target.supports(op)]
+    if gone:
+        return f"the lowered form needs {', '.join(gone)}, which the {target.name} NPU does not list"
+    return None
+
+
+def _typed(v: Value, shape: tuple[int, ...], dtype: Any) -> Value:
+    v.type = TensorType(np.dtype(dtype) if dtype is not None else None, tuple(int(d) for d in shape))
+    return v
+
+
+def _static(v: Value | None) -> tuple[int, ...] | None:
+    if v is None or not v.type.is_static:
+        return None
+    return tuple(int(d) for d in v.type.shape)  # type: ignore[union-attr]
+
+
+def _new_node(graph: Graph, op_type: str, inputs: list[Value | None], name: str, out_name: str,
+              prov: list[str], attrs: dict[str, Any] | None = None, outputs: list[Value] | None = None) -> Node:
+    """A node named after ``name`` with the merged provenance of the nodes it replaces."""
+    if outputs is None:
+        node = graph.make_node(op_type, inputs, attrs=attrs, name=name, output_names=[out_name])
+    else:
+        node = Node(op_type, inputs, outputs, attrs, name=graph.unique_name(name))
+        graph.add_node(node)
+    node.meta["provenance"] = list(prov)
+    return node
+
+
+class _Lowering(Rule):
+    """A lowering rule bound to a target; subclasses list the ops of the lowered form."""
+
+    lowered_ops: tuple[str, ...] = ()
+
+    def __init__(self, target: Any) -> None:
+        self.target = target
+        super().__init__()
+
+    def matches(self, node: Node) -> Any:
+        """Matches only at nodes the NPU rejects as they are (a node it runs is no candidate,
+        so the trace lists no refusal for it)."""
+        if _unsupported(node, self.target) is None:
+            yield from super().matches(node)
+
+    def check(self, graph: Graph, m: Match) -> str | None:
+        """The NPU lists the lowered ops and the node has a lowered form."""
+        return _missing(self.target, self.lowered_ops) or self.check_form(graph, m)
+
+    def check_form(self, graph: Graph, m: Match) -> str | None:
+        """Why this node has no lowered form (None when it has)."""
+        return None
+
+
+class MatMulAsFullyConnected(_Lowering):
+    """MatMul(A[.., K] rank >= 3, W[K, N] constant) -> Reshape -> 2-D MatMul -> Reshape."""
+
+    name = "lower_matmul.rank3_weight"
+    lowered_ops = ("Reshape", "MatMul")
+
+    def __init__(self, target: Any) -> None:
+        self.pattern = Op("MatMul", Var("a"), Const("w"), name="root")
+        super().__init__(target)
+
+    def check_form(self, graph: Graph, m: Match) -> str | None:
+        """A static activation of rank >= 3 and a 2-D constant weight."""
+        a, w = _static(m["a"]), const_value(m["w"])
+        if a is None:
+            return "the activation's shape is not static"
+        if len(a) < 3:
+            return f"the activation has rank {len(a)} (already a matrix)"
+        if w is None or w.ndim != 2:
+            return "the weight is not a 2-D constant"
+        if m["root"].activation:
+            return "the MatMul carries a fused activation"
+        return None
+
+    def rewrite(self, graph: Graph, m: Match) -> Node:
+        """Rows of A through one 2-D product, then the original shape again."""
+        mm: Node = m["root"]
+        a, w = m["a"], m["w"]
+        shape = _static(a)
+        rows, k, n = int(np.prod(shape[:-1])), shape[-1], int(w.const.shape[1])  # type: ignore[index]
+        prov = merge_provenance([mm])
+        out = mm.outputs[0]
+        dtype = a.type.dtype
+        remove_nodes(graph, [mm])
+        s_in = add_constant(graph, f"{mm.name}_rows_shape", np.asarray([rows, k], np.int64))
+        r_in = _new_node(graph, "Reshape", [a, s_in], f"{mm.name}_rows", f"{a.name}_rows", prov)
+        _typed(r_in.outputs[0], (rows, k), dtype)
+        mat = _new_node(graph, "MatMul", [r_in.outputs[0], w], mm.name, f"{out.name}_rows", prov)
+        _typed(mat.outputs[0], (rows, n), dtype)
+        s_out = add_constant(graph, f"{mm.name}_out_shape", np.asarray([*shape[:-1], n], np.int64))  # type: ignore[index]
+        _new_node(graph, "Reshape", [mat.outputs[0], s_out], f"{mm.name}_unrows", "", prov, outputs=[out])
+        return mat
+
+
+class GlobalAveragePoolAsMean(_Lowering):
+    """GlobalAveragePool(x) -> ReduceMean(x, spatial axes, keepdims=1)."""
+
+    name = "lower_global_pool.mean"
+    lowered_ops = ("ReduceMean",)
+
+    def __init__(self, target: Any) -> None:
+        self.pattern = Op("GlobalAveragePool", Var("x"), name="root")
+        super().__init__(target)
+
+    def check_form(self, graph: Graph, m: Match) -> str | None:
+        """The input's rank is known and it has spatial axes."""
+        r = m["x"].type.rank
+        if r is None or r < 3:
+            return "the input's rank is not known" if r is None else "the input has no spatial axes"
+        return None
+
+    def rewrite(self, graph: Graph, m: Match) -> Node:
+        """Axes as an attribute before opset 18, as an input from 18 on."""
+        gap: Node = m["root"]
+        x = m["x"]
+        axes = list(range(2, int(x.type.rank)))
+        prov = merge_provenance([gap])
+        out, name = gap.outputs[0], gap.name
+        remove_nodes(graph, [gap])
+        if graph.opset("") >= 18:
+            node = _new_node(graph, "ReduceMean", [x, add_constant(graph, f"{name}_axes", np.asarray(axes, np.int64))],
+                             name, "", prov, {"keepdims": 1}, outputs=[out])
+        else:
+            node = _new_node(graph, "ReduceMean", [x], name, "", prov, {"axes": axes, "keepdims": 1}, outputs=[out])
+        return node
+
+
+class DivByConstantAsMul(_Lowering):
+    """Div(x, c) -> Mul(x, 1/c) for a float constant c without zeros."""
+
+    name = "lower_div.const"
+    lowered_ops = ("Mul",)
+
+    def __init__(self, target: Any, always: bool = False) -> None:
+        self.always = always
+        self.pattern = Op("Div", Var("x"), Const("c"), name="root")
+        super().__init__(target)
+
+    def matches(self, node: Node) -> Any:
+        """As every lowering, except that a TFLite target always wants it (no int8 DIV)."""
+        if self.always:
+            yield from Rule.matches(self, node)
+        else:
+            yield from super().matches(node)
+
+    def check_form(self, graph: Graph, m: Match) -> str | None:
+        """A floating-point constant divisor without zeros."""
+        c = const_value(m["c"])
+        if c is None or c.dtype.kind != "f":
+            return "the divisor is not a floating-point constant"
+        if not np.all(c != 0):
+            return "the divisor has zeros"
+        return None
+
+    def rewrite(self, graph: Graph, m: Match) -> Node:
+        """The reciprocal in the constant's dtype."""
+        div: Node = m["root"]
+        c = const_value(m["c"])
+        prov = merge_provenance([div])
+        out, name, x = div.outputs[0], div.name, m["x"]
+        remove_nodes(graph, [div])
+        recip = add_constant(graph, f"{m['c'].name}_reciprocal", (1.0 / c).astype(c.dtype))  # type: ignore[operator, union-attr]
+        return _new_node(graph, "Mul", [x, recip], f"{name}_as_Mul", "", prov, outputs=[out])
+
+
+class BatchNormAsMulAdd(_Lowering):
+    """A standalone BatchNormalization -> Mul(x, s) then Add(., t), per channel (axis 1)."""
+
+    name = "lower_batchnorm.mul_add"
+    lowered_ops = ("Mul", "Add")
+
+    def __init__(self, target: Any) -> None:
+        self.pattern = Op("BatchNormalization", Var("x"), name="root", extra=True)
+        super().__init__(target)
+
+    def check_form(self, graph: Graph, m: Match) -> str | None:
+        """Inference mode, constant statistics, a known input rank >= 2."""
+        st = bn_scale_shift(m["root"])
+        if isinstance(st, str):
+            return st
+        r = m["x"].type.rank
+        if r is None or r < 2:
+            return "the input's rank is not known" if r is None else "the input has no channel axis"
+        return None
+
+    def rewrite(self, graph: Graph, m: Match) -> Node:
+        """s = gamma / sqrt(var + eps) and t = beta - s * mean, in float64, stored as the input's dtype."""
+        bn: Node = m["root"]
+        x = m["x"]
+        s, beta, mean = bn_scale_shift(bn)  # type: ignore[misc]
+        t = beta - s * mean
+        rank = int(x.type.rank)
+        dtype = x.type.dtype if x.type.dtype is not None else np.dtype(np.float32)
+        bshape = (s.size,) + (1,) * (rank - 2)
+        prov = merge_provenance([bn])
+        out, name = bn.outputs[0], bn.name
+        remove_nodes(graph, [bn])
+        sv = add_constant(graph, f"{name}_scale", s.reshape(bshape).astype(dtype))
+        tv = add_constant(graph, f"{name}_shift", t.reshape(bshape).astype(dtype))
+        mul = _new_node(graph, "Mul", [x, sv], f"{name}_mul", f"{out.name}_scaled", prov)
+        mul.outputs[0].type = x.type
+        _new_node(graph, "Add", [mul.outputs[0], tv], f"{name}_add", "", prov, outputs=[out])
+        return mul
+
+
+class MarkLut(Rule):
+    """A unary function the target evaluates as a lookup table: marked ``npu_form = LUT``."""
+
+    name = "lower_lut.mark"
+    anchors = LUT_OPS
+    contained = False
+
+    def __init__(self, target: Any) -> None:
+        self.target = target
+        super().__init__()
+
+    def matches(self, node: Node) -> Any:
+        """Every node not yet marked of an op type the target lists with ``lut: true``."""
+        if node.meta.get("npu_form") != "LUT" and self.target.ops.get(node.op_type, {}).get("lut"):
+            yield Match(node, [node], {"root": node})
+
+    def check(self, graph: Graph, m: Match) -> str | None:
+        """The NPU accepts the node (a LUT of a tensor it cannot hold is no use)."""
+        node = m["root"]
+        v = _verdict(node, self.target)
+        return None if v.supported else f"the NPU rejects the node: {v.reason}"
+
+    def rewrite(self, graph: Graph, m: Match) -> Node:
+        """Only the mark: the op type, its inputs and outputs stay."""
+        node = m["root"]
+        node.meta["npu_form"] = "LUT"
+        node.meta.setdefault("provenance", [node.name])
+        graph._touch()
+        return node
+
+
+LOWERING_PASSES = ("lower_matmul", "lower_global_pool", "lower_div", "lower_batchnorm", "lower_lut")
+"""The lowering passes in the order they run (after the optimizer, before placement)."""
+
+_RULE_NAMES = {"lower_matmul": ["lower_matmul.rank3_weight"], "lower_global_pool": ["lower_global_pool.mean"],
+               "lower_div": ["lower_div.const"], "lower_batchnorm": ["lower_batchnorm.mul_add"],
+               "lower_lut": ["lower_lut.mark"]}
+
+
+def lowering_names() -> set[str]:
+    """Every lowering pass and rule name (what ``disable`` accepts)."""
+    return set(LOWERING_PASSES) | {r for rules in _RULE_NAMES.values() for r in rules}
+
+
+def lowering_passes(target: Any, disabled: Iterable[str] = ()) -> list[Pass]:
+    """The lowering passes for ``target`` (a HardwareTarget); ``disabled`` names passes or rules."""
+    d = tuple(disabled)
+    tflite = target.exports_tflite()
+    return [
+        RulePass("lower_matmul", [MatMulAsFullyConnected(target)],
+                 "rank-3 MatMul by a constant weight -> 2-D MatMul between Reshapes (FULLY_CONNECTED)", disabled=d),
+        RulePass("lower_global_pool", [GlobalAveragePoolAsMean(target)],
+                 "GlobalAveragePool -> ReduceMean over the spatial axes (MEAN)", disabled=d),
+        RulePass("lower_div", [DivByConstantAsMul(target, always=tflite)],
+                 "Div by a constant -> Mul by its reciprocal", disabled=d),
+        RulePass("lower_batchnorm", [BatchNormAsMulAdd(target)],
+                 "standalone BatchNormalization -> per-channel Mul + Add", disabled=d),
+        RulePass("lower_lut", [MarkLut(target)], "unary functions the NPU evaluates as a lookup table",
+                 max_sweeps=1, disabled=d),
+    ]
+
+
+def lower_for_target(graph: Graph, target: Any, disabled: Iterable[str] = (), verify: bool = True) -> RunResult:
+    """Run the lowering passes on ``graph`` in place; the trace joins the optimizer's."""
+    from engine.passes.pipeline import finalize
+
+    disabled = set(disabled)
+    run = PassManager(lowering_passes(target, disabled), disabled=disabled, verify=verify).run(graph)
+    finalize(run.graph)
+    return run
