@@ -28,15 +28,28 @@ _DTYPE_BYTES = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "floa
                 "int32": 4, "uint32": 4, "float32": 4, "int64": 8, "uint64": 8, "float64": 8}
 
 
-def rule(fix: str, detail: Callable[[NodeContext, Any], str] | None = None) -> Callable[[Rule], Rule]:
-    """Decorator attaching a fix hint (format fields allowed) and an optional detail function."""
+def rule(fix: str, detail: Callable[[NodeContext, Any], str] | None = None,
+         limit: str | None = None) -> Callable[[Rule], Rule]:
+    """Decorator attaching a fix hint (format fields allowed), an optional detail function and
+    the constraint field the rule checks (``limit``: the rule constrains nothing while unset)."""
 
     def deco(fn: Rule) -> Rule:
         fn.fix = fix  # type: ignore[attr-defined]
         fn.detail = detail  # type: ignore[attr-defined]
+        fn.limit = limit  # type: ignore[attr-defined]
         return fn
 
     return deco
+
+
+def applies(fn: Rule, c: OpConstraints) -> bool:
+    """False when the rule checks a constraint field the target leaves unset (SUPPORTED_OPS.md
+    then leaves its line out)."""
+    field = getattr(fn, "limit", None)
+    if field is None:
+        return True
+    value = getattr(c, field, None)
+    return value is not None and value != ()
 
 
 def _runtime_types(ctx: NodeContext) -> list[TensorType]:
@@ -91,7 +104,7 @@ def _dtype_detail(ctx: NodeContext, c: Any) -> str:
 
 
 @rule(fix="keep the data in a supported type (cast before the op, or compute indices on the CPU)",
-      detail=_dtype_detail)
+      detail=_dtype_detail, limit="dtypes")
 def dtype_supported(ctx: NodeContext, c: OpConstraints) -> bool:
     """Tensor element types must be one of {dtypes} on this NPU (float tensors run as {precision})."""
     if not c.dtypes:
@@ -108,7 +121,7 @@ def _rank_detail(ctx: NodeContext, c: Any) -> str:
     return f"rank {max(ranks)}" if ranks else ""
 
 
-@rule(fix="reshape to at most {max_rank} dimensions around the op", detail=_rank_detail)
+@rule(fix="reshape to at most {max_rank} dimensions around the op", detail=_rank_detail, limit="max_rank")
 def rank_limit(ctx: NodeContext, c: OpConstraints) -> bool:
     """Tensors must have rank at most {max_rank} on this NPU."""
     if c.max_rank is None:
@@ -121,7 +134,7 @@ def _size_detail(ctx: NodeContext, c: Any) -> str:
     return f"largest tensor {max(sizes) / 1024:.0f} KiB" if sizes else ""
 
 
-@rule(fix="split the tensor (tile the op along a spatial or batch axis)", detail=_size_detail)
+@rule(fix="split the tensor (tile the op along a spatial or batch axis)", detail=_size_detail, limit="max_tensor_kib")
 def tensor_size_limit(ctx: NodeContext, c: OpConstraints) -> bool:
     """Each input and output tensor must be at most {max_tensor_kib} KiB on this NPU."""
     limit = c.max_tensor_bytes
@@ -157,7 +170,7 @@ def _ints_attr(ctx: NodeContext, name: str) -> list[int]:
 
 
 @rule(fix="use kernels of at most {max_kernel} (split a large kernel into a stack of smaller ones)",
-      detail=lambda ctx, c: "kernel " + "x".join(str(k) for k in kernel_dims(ctx)))
+      detail=lambda ctx, c: "kernel " + "x".join(str(k) for k in kernel_dims(ctx)), limit="max_kernel")
 def kernel_size_limit(ctx: NodeContext, c: OpConstraints) -> bool:
     """Kernel height and width must be at most {max_kernel} on this NPU."""
     if c.max_kernel is None:
@@ -166,7 +179,7 @@ def kernel_size_limit(ctx: NodeContext, c: OpConstraints) -> bool:
 
 
 @rule(fix="use strides of at most {max_stride} (stride 1 followed by a strided pool or subsampling)",
-      detail=lambda ctx, c: "strides " + "x".join(str(s) for s in _ints_attr(ctx, "strides")))
+      detail=lambda ctx, c: "strides " + "x".join(str(s) for s in _ints_attr(ctx, "strides")), limit="max_stride")
 def stride_limit(ctx: NodeContext, c: OpConstraints) -> bool:
     """Strides must be at most {max_stride} on this NPU."""
     if c.max_stride is None:
@@ -175,7 +188,7 @@ def stride_limit(ctx: NodeContext, c: OpConstraints) -> bool:
 
 
 @rule(fix="use dilations of at most {max_dilation} (or an equivalent larger, sparse kernel)",
-      detail=lambda ctx, c: "dilations " + "x".join(str(s) for s in _ints_attr(ctx, "dilations")))
+      detail=lambda ctx, c: "dilations " + "x".join(str(s) for s in _ints_attr(ctx, "dilations")), limit="max_dilation")
 def dilation_limit(ctx: NodeContext, c: OpConstraints) -> bool:
     """Dilations must be at most {max_dilation} on this NPU."""
     if c.max_dilation is None:
@@ -194,7 +207,7 @@ def _weight_rank_detail(ctx: NodeContext, c: Any) -> str:
 
 
 @rule(fix="reshape the activation to 2-D around the MatMul (the lower_matmul pass does this)",
-      detail=_weight_rank_detail)
+      detail=_weight_rank_detail, limit="max_weight_rank")
 def matmul_weight_rank(ctx: NodeContext, c: OpConstraints) -> bool:
     """A MatMul by a constant weight (a fully connected layer) must have an activation of rank at most
     {max_weight_rank} on this NPU."""
@@ -212,7 +225,7 @@ def _matmul_dims(ctx: NodeContext) -> tuple[int, int] | None:
 
 
 @rule(fix="split the product along its reduced axis or its output columns",
-      detail=lambda ctx, c: "reduced axis {}, output depth {}".format(*(_matmul_dims(ctx) or ("?", "?"))))
+      detail=lambda ctx, c: "reduced axis {}, output depth {}".format(*(_matmul_dims(ctx) or ("?", "?"))), limit="max_matmul_dim")
 def matmul_dims_limit(ctx: NodeContext, c: OpConstraints) -> bool:
     """A MatMul of two activations (a batch matmul) must have a reduced axis and an output depth of at
     most {max_matmul_dim} on this NPU."""
@@ -242,7 +255,7 @@ def _reduce_sizes(ctx: NodeContext) -> list[int]:
 
 
 @rule(fix="reduce in steps (one axis after the other, or over tiles)",
-      detail=lambda ctx, c: "reduced axes of " + "x".join(str(d) for d in _reduce_sizes(ctx)))
+      detail=lambda ctx, c: "reduced axes of " + "x".join(str(d) for d in _reduce_sizes(ctx)), limit="max_reduce_axis")
 def reduce_axis_limit(ctx: NodeContext, c: OpConstraints) -> bool:
     """Each reduced axis must be at most {max_reduce_axis} long on this NPU."""
     if c.max_reduce_axis is None:
@@ -251,7 +264,7 @@ def reduce_axis_limit(ctx: NodeContext, c: OpConstraints) -> bool:
 
 
 @rule(fix="reduce in steps (one axis after the other, or over tiles)",
-      detail=lambda ctx, c: f"{int(np.prod(_reduce_sizes(ctx) or [1]))} elements")
+      detail=lambda ctx, c: f"{int(np.prod(_reduce_sizes(ctx) or [1]))} elements", limit="max_reduce_elements")
 def reduce_elements_limit(ctx: NodeContext, c: OpConstraints) -> bool:
     """One output of a reduction may sum at most {max_reduce_elements} elements on this NPU."""
     if c.max_reduce_elements is None:
@@ -261,7 +274,7 @@ def reduce_elements_limit(ctx: NodeContext, c: OpConstraints) -> bool:
 
 @rule(fix="compute the power on the CPU, or write it with the ops the NPU has (x * x)",
       detail=lambda ctx, c: "exponent " + ("not a constant" if ctx.const(1) is None
-                                           else ", ".join(f"{float(e):g}" for e in np.ravel(ctx.const(1))[:4])))
+                                           else ", ".join(f"{float(e):g}" for e in np.ravel(ctx.const(1))[:4])), limit="exponents")
 def pow_exponent(ctx: NodeContext, c: OpConstraints) -> bool:
     """The exponent of Pow must be one constant number, one of {exponents}, on this NPU."""
     if not c.exponents:

@@ -377,15 +377,32 @@ class _Lowering(LoweringOps, SeqOps):
                 raise InputError(f"TFLite export: Clip {node.name!r} bounds {bounds} have no TFLite form")
             self.m.op(code, [x], [y], node.name)
         elif op == "Softmax":
-            rank = len(self.m.tensors[x].shape)
-            axis = int(node.attrs.get("axis", -1))
-            if axis not in (-1, rank - 1) or self.nhwc4(rank):
-                raise InputError(f"TFLite export: Softmax {node.name!r} over axis {axis} (TFLite: the last axis)")
-            self.m.op("SOFTMAX", [x], [y], node.name, beta=1.0)
+            self._softmax(node, x, y)
         elif op == "LeakyRelu":
             self.m.op("LEAKY_RELU", [x], [y], node.name, alpha=float(node.attrs.get("alpha", 0.01)))
         else:
             self.m.op(UNARY[op], [x], [y], node.name)
+
+    def _softmax(self, node: Node, x: int, y: int) -> None:
+        """SOFTMAX over the last stored axis: an NHWC map's channels are ONNX axis 1; another
+        axis of it is swapped to the end by a TRANSPOSE before and after."""
+        rank = len(self.m.tensors[x].shape)
+        raw = int(node.attrs.get("axis", -1))
+        axis = raw % rank if -rank <= raw < rank else raw
+        stored = AXIS_TO_NHWC[axis] if self.nhwc4(rank) and axis in AXIS_TO_NHWC else axis
+        if stored == rank - 1:
+            self.m.op("SOFTMAX", [x], [y], node.name, beta=1.0)
+            return
+        if not self.nhwc4(rank) or not 0 <= stored < rank:
+            raise InputError(f"TFLite export: Softmax {node.name!r} over axis {raw} (TFLite: the last axis)")
+        perm = list(range(rank))
+        perm[stored], perm[-1] = perm[-1], perm[stored]
+        t = self._transpose(node, x, tuple(perm), "softmax_axis_last")
+        ys = self.m.tensors[y]
+        s_out = self.m.add(TTensor(f"{ys.name}_axis_last", tuple(ys.shape[p] for p in perm), "int8",
+                                   ys.scale, ys.zero_point))
+        self.m.op("SOFTMAX", [t], [s_out], node.name, beta=1.0)
+        self._transpose(node, s_out, tuple(perm), "", out=y)
 
     def op_concat(self, node: Node) -> None:
         xs = [self.value(v, node) for v in node.inputs if v is not None]

@@ -160,6 +160,61 @@ class MatMulAsFullyConnected(_Lowering):
         return mat
 
 
+class BatchMatMulAsRank3(Rule):
+    """MatMul(A[1, b, m, k], B[1, b, k, n]) of two activations -> Reshape both to rank 3, a rank-3
+    MatMul, Reshape back, for TFLite targets whose graph has spatial ops: TFLite stores the 4-D
+    tensors of such a graph as NHWC feature maps, where a BATCH_MATMUL would multiply the wrong
+    axes; the rank-3 form is the BATCH_MATMUL vela runs."""
+
+    name = "lower_matmul.batch_rank3"
+
+    def __init__(self, target: Any) -> None:
+        self.target = target
+        self.pattern = Op("MatMul", Var("a"), Var("b"), name="root")
+        super().__init__()
+
+    def matches(self, node: Node) -> Any:
+        """Only on TFLite targets, in graphs with spatial ops."""
+        from engine.export.tflite_lower import SPATIAL
+
+        g = node.graph
+        if self.target.exports_tflite() and g is not None and any(n.op_type in SPATIAL for n in g.nodes):
+            yield from super().matches(node)
+
+    def check(self, graph: Graph, m: Match) -> str | None:
+        """Two rank-4 activations with a leading 1 and the same batch."""
+        a, b = _static(m["a"]), _static(m["b"])
+        if m["a"].const is not None or m["b"].const is not None:
+            return "an operand is a constant"
+        if a is None or b is None or len(a) != 4 or len(b) != 4:
+            return "the operands are not two static rank-4 tensors"
+        if a[0] != 1 or b[0] != 1 or a[1] != b[1]:
+            return f"the operands {a} and {b} do not share one leading 1 and the batch"
+        if m["root"].activation:
+            return "the MatMul carries a fused activation"
+        return None
+
+    def rewrite(self, graph: Graph, m: Match) -> Node:
+        """Drop the leading 1 of both operands, multiply, put it back."""
+        mm: Node = m["root"]
+        a, b = m["a"], m["b"]
+        sa, sb = _static(a), _static(b)
+        out = mm.outputs[0]
+        prov = merge_provenance([mm])
+        remove_nodes(graph, [mm])
+        three = []
+        for v, shp, tag in ((a, sa, "a"), (b, sb, "b")):
+            sv = add_constant(graph, f"{mm.name}_{tag}_rank3_shape", np.asarray(shp[1:], np.int64))  # type: ignore[index]
+            r = _new_node(graph, "Reshape", [v, sv], f"{mm.name}_{tag}_rank3", f"{v.name}_rank3", prov)
+            three.append(_typed(r.outputs[0], shp[1:], v.type.dtype))  # type: ignore[index]
+        res = (sa[1], sa[2], sb[3])  # type: ignore[index]
+        mat = _new_node(graph, "MatMul", three, mm.name, f"{out.name}_rank3", prov)
+        _typed(mat.outputs[0], res, a.type.dtype)
+        s_out = add_constant(graph, f"{mm.name}_rank4_shape", np.asarray((1, *res), np.int64))
+        _new_node(graph, "Reshape", [mat.outputs[0], s_out], f"{mm.name}_rank4", "", prov, outputs=[out])
+        return mat
+
+
 class GlobalAveragePoolAsMean(_Lowering):
     """GlobalAveragePool(x) -> ReduceMean(x, spatial axes, keepdims=1)."""
 
@@ -305,7 +360,7 @@ class MarkLut(Rule):
 LOWERING_PASSES = ("lower_matmul", "lower_global_pool", "lower_div", "lower_batchnorm", "lower_lut")
 """The lowering passes in the order they run (after the optimizer, before placement)."""
 
-_RULE_NAMES = {"lower_matmul": ["lower_matmul.rank3_weight"], "lower_global_pool": ["lower_global_pool.mean"],
+_RULE_NAMES = {"lower_matmul": ["lower_matmul.rank3_weight", "lower_matmul.batch_rank3"], "lower_global_pool": ["lower_global_pool.mean"],
                "lower_div": ["lower_div.const"], "lower_batchnorm": ["lower_batchnorm.mul_add"],
                "lower_lut": ["lower_lut.mark"]}
 
@@ -320,8 +375,9 @@ def lowering_passes(target: Any, disabled: Iterable[str] = ()) -> list[Pass]:
     d = tuple(disabled)
     tflite = target.exports_tflite()
     return [
-        RulePass("lower_matmul", [MatMulAsFullyConnected(target)],
-                 "rank-3 MatMul by a constant weight -> 2-D MatMul between Reshapes (FULLY_CONNECTED)", disabled=d),
+        RulePass("lower_matmul", [MatMulAsFullyConnected(target), BatchMatMulAsRank3(target)],
+                 "rank-3 MatMul by a constant weight -> 2-D MatMul between Reshapes (FULLY_CONNECTED); "
+                 "rank-4 MatMul of activations in a CNN -> rank 3 (BATCH_MATMUL)", disabled=d),
         RulePass("lower_global_pool", [GlobalAveragePoolAsMean(target)],
                  "GlobalAveragePool -> ReduceMean over the spatial axes (MEAN)", disabled=d),
         RulePass("lower_div", [DivByConstantAsMul(target, always=tflite)],
