@@ -36,6 +36,9 @@ class OpConstraints:
     max_kernel: int | None = None
     max_stride: int | None = None
     max_dilation: int | None = None
+    max_stride_valid: int | None = None
+    max_kernel_padded: int | None = None
+    resize_factors: tuple[float, ...] = ()
     max_weight_rank: int | None = None
     max_matmul_dim: int | None = None
     max_reduce_axis: int | None = None
@@ -59,5 +62,8 @@ class OpConstraints:
         d = dataclasses.asdict(self)
         d["dtypes"] = ", ".join(self.dtypes)
         d["exponents"] = ", ".join(f"{e:g}" for e in self.exponents) or "any"
+        d["resize_factors"] = ", ".join(f"{e:g}" for e in self.resize_factors) or "any"
+        d["stride_valid_note"] = (f" (up to {self.max_stride_valid} for an unpadded, undilated, ungrouped window)"
+                                  if self.max_stride_valid is not None else "")
         d["max_tensor_kib"] = f"{self.max_tensor_kib:g}" if self.max_tensor_kib is not None else "any"
         return d

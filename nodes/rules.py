@@ -181,10 +181,30 @@ def kernel_size_limit(ctx: NodeContext, c: OpConstraints) -> bool:
 @rule(fix="use strides of at most {max_stride} (stride 1 followed by a strided pool or subsampling)",
       detail=lambda ctx, c: "strides " + "x".join(str(s) for s in _ints_attr(ctx, "strides")), limit="max_stride")
 def stride_limit(ctx: NodeContext, c: OpConstraints) -> bool:
-    """Strides must be at most {max_stride} on this NPU."""
+    """Strides must be at most {max_stride} on this NPU{stride_valid_note}."""
     if c.max_stride is None:
         return True
-    return all(s <= c.max_stride for s in _ints_attr(ctx, "strides"))
+    strides = _ints_attr(ctx, "strides")
+    if all(s <= c.max_stride for s in strides):
+        return True
+    plain = not padded(ctx) and all(d == 1 for d in _ints_attr(ctx, "dilations")) and int(ctx.attrs.get("group", 1)) == 1
+    return c.max_stride_valid is not None and plain and all(s <= c.max_stride_valid for s in strides)
+
+
+def padded(ctx: NodeContext) -> bool:
+    """True when a window op pads its input (explicit pads or auto_pad SAME_*)."""
+    auto = ctx.attrs.get("auto_pad", "NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else str(auto)
+    return auto.startswith("SAME") or any(int(p) for p in ctx.attrs.get("pads") or ())
+
+
+@rule(fix="pad the input with a Pad before the window (then it runs unpadded), or use a smaller kernel",
+      detail=lambda ctx, c: "padded kernel " + "x".join(str(k) for k in kernel_dims(ctx)), limit="max_kernel_padded")
+def padded_kernel_limit(ctx: NodeContext, c: OpConstraints) -> bool:
+    """A padded window's kernel height and width must be at most {max_kernel_padded} on this NPU."""
+    if c.max_kernel_padded is None or not padded(ctx):
+        return True
+    return all(k <= c.max_kernel_padded for k in kernel_dims(ctx))
 
 
 @rule(fix="use dilations of at most {max_dilation} (or an equivalent larger, sparse kernel)",
@@ -196,7 +216,7 @@ def dilation_limit(ctx: NodeContext, c: OpConstraints) -> bool:
     return all(d <= c.max_dilation for d in _ints_attr(ctx, "dilations"))
 
 
-WINDOW_RULES: tuple[Rule, ...] = (kernel_size_limit, stride_limit, dilation_limit)
+WINDOW_RULES: tuple[Rule, ...] = (kernel_size_limit, padded_kernel_limit, stride_limit, dilation_limit)
 """Rules of sliding-window ops (Conv, ConvTranspose, MaxPool, AveragePool, LpPool)."""
 
 
@@ -284,6 +304,51 @@ def pow_exponent(ctx: NodeContext, c: OpConstraints) -> bool:
         return False
     x = float(np.ravel(e)[0])
     return any(abs(x - v) <= 1e-6 * max(1.0, abs(v)) for v in c.exponents)
+
+
+def _resize_factors(ctx: NodeContext) -> tuple[float, float] | None:
+    """(height, width) scale factors of a 4-D Resize; align_corners measures (out - 1) / (in - 1)."""
+    a, b = ctx.shape(0), ctx.out_type(0).shape if ctx.output_types else None
+    if a is None or b is None or len(a) != 4 or len(b) != 4 or not all(isinstance(d, int) for d in (*a, *b)):
+        return None
+    mode = ctx.attrs.get("coordinate_transformation_mode", "half_pixel")
+    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    out: list[float] = []
+    for i, o in ((int(a[2]), int(b[2])), (int(a[3]), int(b[3]))):
+        if mode == "align_corners":
+            out.append((o - 1) / (i - 1) if i > 1 else float(o))
+        else:
+            out.append(o / i)
+    return out[0], out[1]
+
+
+def _factor_detail(ctx: NodeContext, c: Any) -> str:
+    f = _resize_factors(ctx)
+    return f"scale {f[0]:g}x{f[1]:g}" if f else ""
+
+
+@rule(fix="resize in steps the NPU has (x2 twice for x4), or resize on the CPU", detail=_factor_detail,
+      limit="resize_factors")
+def resize_factor_limit(ctx: NodeContext, c: OpConstraints) -> bool:
+    """A Resize must keep the size, start from 1x1, or scale height and width alike by one of
+    {resize_factors} on this NPU (a 1-high or 1-wide output may keep that axis)."""
+    if not c.resize_factors:
+        return True
+    a, f = ctx.shape(0), _resize_factors(ctx)
+    if f is None or a is None:
+        return True  # not a 4-D image resize: nothing this rule knows about
+    if f == (1.0, 1.0) or (a[2] == 1 and a[3] == 1):
+        return True
+    b = ctx.out_type(0).shape
+    fh, fw = f
+    if fh != fw:  # one axis of size 1 may stay unscaled
+        if b[2] == 1 and fh == 1:  # type: ignore[index]
+            fh = fw
+        elif b[3] == 1 and fw == 1:  # type: ignore[index]
+            fw = fh
+        else:
+            return False
+    return any(abs(fh - v) < 1e-9 for v in c.resize_factors)
 
 
 MATMUL_RULES: tuple[Rule, ...] = (matmul_weight_rank, matmul_dims_limit)

@@ -372,7 +372,8 @@ class _Lowering(LoweringOps, SeqOps):
             lo = node.input(1).const if node.input(1) is not None else None  # type: ignore[union-attr]
             hi = node.input(2).const if node.input(2) is not None else None  # type: ignore[union-attr]
             bounds = (None if lo is None else float(lo), None if hi is None else float(hi))
-            code = {(0.0, 6.0): "RELU6", (-1.0, 1.0): "RELU_N1_TO_1", (0.0, None): "RELU"}.get(bounds)  # type: ignore[call-overload]
+            code = {(0.0, 6.0): "RELU6", (-1.0, 1.0): "RELU_N1_TO_1", (0.0, 1.0): "RELU_0_TO_1",  # type: ignore[call-overload]
+                    (0.0, None): "RELU"}.get(bounds)
             if code is None:
                 raise InputError(f"TFLite export: Clip {node.name!r} bounds {bounds} have no TFLite form")
             self.m.op(code, [x], [y], node.name)

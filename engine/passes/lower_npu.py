@@ -24,6 +24,10 @@ is a per-channel affine map::
     BN(x)[c] = s[c] * x[c] + t[c],   s = gamma / sqrt(var + eps),   t = beta - s * mean
              = Add(Mul(x, s'), t')  with s', t' shaped [C, 1, .., 1] to broadcast over axis 1
 
+``lower_hardsigmoid``: a HardSigmoid not fused into the op before it (TFLite has no HARD_SIGMOID)::
+
+    HardSigmoid(x) = max(0, min(1, alpha * x + beta)) = Clip(Add(Mul(x, alpha), beta), 0, 1)
+
 ``lower_lut``: Sigmoid, Tanh, HardSwish, HardSigmoid, Gelu, Exp, Log, Elu, LeakyRelu ... of an
 int8 tensor are single-input functions of 256 possible values: vela evaluates them through a
 256-entry lookup table (its LUT op). Where the target marks the op ``lut: true`` the node keeps
@@ -83,12 +87,13 @@ def _static(v: Value | None) -> tuple[int, ...] | None:
 
 def _new_node(graph: Graph, op_type: str, inputs: list[Value | None], name: str, out_name: str,
               prov: list[str], attrs: dict[str, Any] | None = None, outputs: list[Value] | None = None) -> Node:
-    """A node named after ``name`` with the merged provenance of the nodes it replaces."""
+    """A node named ``name`` (the name of the node it replaces is reused once that one is gone)
+    with the merged provenance of the nodes it replaces."""
     if outputs is None:
-        node = graph.make_node(op_type, inputs, attrs=attrs, name=name, output_names=[out_name])
-    else:
-        node = Node(op_type, inputs, outputs, attrs, name=graph.unique_name(name))
-        graph.add_node(node)
+        outputs = [Value(graph.unique_name(out_name or f"{name}_out"))]
+    chosen = name if name and graph.node_by_name(name) is None else graph.unique_name(name or op_type.lower())
+    node = Node(op_type, inputs, outputs, attrs, name=chosen)
+    graph.add_node(node)
     node.meta["provenance"] = list(prov)
     return node
 
@@ -326,6 +331,47 @@ class BatchNormAsMulAdd(_Lowering):
         return mul
 
 
+class HardSigmoidAsMulAddClip(_Lowering):
+    """HardSigmoid(x) = Clip(x * alpha + beta, 0, 1): Mul, Add, Clip (TFLite's MUL, ADD,
+    RELU_0_TO_1; TFLite has no HARD_SIGMOID)."""
+
+    name = "lower_hardsigmoid.mul_add_clip"
+    lowered_ops = ("Mul", "Add", "Clip")
+
+    def __init__(self, target: Any) -> None:
+        self.pattern = Op("HardSigmoid", Var("x"), name="root")
+        super().__init__(target)
+
+    def check_form(self, graph: Graph, m: Match) -> str | None:
+        """A floating-point input."""
+        dt = m["x"].type.dtype
+        return None if dt is not None and np.dtype(dt).kind == "f" else "the input is not floating point"
+
+    def rewrite(self, graph: Graph, m: Match) -> Node:
+        """alpha and beta as scalars of the input's dtype; Clip bounds as inputs (opset >= 11)."""
+        hs: Node = m["root"]
+        x = m["x"]
+        dt = np.dtype(x.type.dtype)
+        alpha, beta = float(hs.attrs.get("alpha", 0.2)), float(hs.attrs.get("beta", 0.5))
+        prov = merge_provenance([hs])
+        out, name = hs.outputs[0], hs.name
+        remove_nodes(graph, [hs])
+        mul = _new_node(graph, "Mul", [x, add_constant(graph, f"{name}_alpha", np.asarray(alpha, dt))],
+                        f"{name}_mul", f"{out.name}_scaled", prov)
+        mul.outputs[0].type = x.type
+        add = _new_node(graph, "Add", [mul.outputs[0], add_constant(graph, f"{name}_beta", np.asarray(beta, dt))],
+                        f"{name}_add", f"{out.name}_shifted", prov)
+        add.outputs[0].type = x.type
+        if graph.opset("") >= 11:
+            lo, hi = add_constant(graph, f"{name}_zero", np.asarray(0, dt)), add_constant(graph, f"{name}_one",
+                                                                                          np.asarray(1, dt))
+            _new_node(graph, "Clip", [add.outputs[0], lo, hi], f"{name}_clip", "", prov, outputs=[out])
+        else:
+            _new_node(graph, "Clip", [add.outputs[0]], f"{name}_clip", "", prov, {"min": 0.0, "max": 1.0},
+                      outputs=[out])
+        return mul
+
+
 class MarkLut(Rule):
     """A unary function the target evaluates as a lookup table: marked ``npu_form = LUT``."""
 
@@ -357,12 +403,13 @@ class MarkLut(Rule):
         return node
 
 
-LOWERING_PASSES = ("lower_matmul", "lower_global_pool", "lower_div", "lower_batchnorm", "lower_lut")
+LOWERING_PASSES = ("lower_matmul", "lower_global_pool", "lower_div", "lower_batchnorm", "lower_hardsigmoid",
+                   "lower_lut")
 """The lowering passes in the order they run (after the optimizer, before placement)."""
 
 _RULE_NAMES = {"lower_matmul": ["lower_matmul.rank3_weight", "lower_matmul.batch_rank3"], "lower_global_pool": ["lower_global_pool.mean"],
                "lower_div": ["lower_div.const"], "lower_batchnorm": ["lower_batchnorm.mul_add"],
-               "lower_lut": ["lower_lut.mark"]}
+               "lower_hardsigmoid": ["lower_hardsigmoid.mul_add_clip"], "lower_lut": ["lower_lut.mark"]}
 
 
 def lowering_names() -> set[str]:
@@ -384,6 +431,8 @@ def lowering_passes(target: Any, disabled: Iterable[str] = ()) -> list[Pass]:
                  "Div by a constant -> Mul by its reciprocal", disabled=d),
         RulePass("lower_batchnorm", [BatchNormAsMulAdd(target)],
                  "standalone BatchNormalization -> per-channel Mul + Add", disabled=d),
+        RulePass("lower_hardsigmoid", [HardSigmoidAsMulAddClip(target)],
+                 "standalone HardSigmoid -> Mul, Add, Clip(0, 1)", disabled=d),
         RulePass("lower_lut", [MarkLut(target)], "unary functions the NPU evaluates as a lookup table",
                  max_sweeps=1, disabled=d),
     ]

@@ -166,3 +166,15 @@ def test_a_lowering_can_be_switched_off_by_name():
         }""")
     _, run = _lower(proto, disabled=("lower_global_pool",))
     assert op_types(run.graph) == ["GlobalAveragePool"]
+
+
+def test_standalone_hardsigmoid_becomes_mul_add_clip():
+    proto = model("""
+        agraph (float[1,4,5,5] x) => (float[1,4,5,5] y) {
+            y = HardSigmoid <alpha=0.25, beta=0.4> (x)
+        }""")
+    g, run = _lower(proto)
+    assert not node_verdict(g.nodes[0], U55).supported
+    assert op_types(run.graph) == ["Mul", "Add", "Clip"]
+    assert _all_on_npu(run.graph) == {}
+    _same_as_onnxruntime(proto, run.graph)

@@ -48,3 +48,25 @@ def test_our_cpu_ops_are_the_ones_vela_puts_on_the_cpu():
     assert [(c["tflite_op"], c["ours"]) for c in p.vela_cpu_ops] == [("AVERAGE_POOL_2D", "cpu")]
     assert "at most 8" in p.vela_cpu_ops[0]["our_reason"]
     assert p.ours_cpu == 1 and p.vela_cpu == 1
+
+
+def test_vela_and_we_agree_on_large_strides_unpadded_pools_and_resize_factors():
+    # a 4x4/4 patch conv (stride > 3, unpadded: NPU), a 10x10 unpadded average pool (NPU), a x3
+    # nearest resize (CPU: vela scales by 2, 4 or 8) and a standalone HardSigmoid (lowered: NPU)
+    g = load(model("""
+        agraph (float[1,3,40,40] x) => (float[1,8,1,1] p, float[1,8,30,30] z, float[1,8,10,10] q) {
+            c = Conv <strides=[4,4], kernel_shape=[4,4]> (x, W, B)
+            y = Relu (c)
+            p = AveragePool <kernel_shape=[10,10]> (y)
+            z = Resize <mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor"> (y, , sc)
+            h = HardSigmoid (y)
+            q = Mul (h, y)
+        }""", W=rand(8, 3, 4, 4), B=rand(8), sc=np.asarray([1, 1, 3, 3], np.float32)))
+    r = compile_model(g, "ethos-u55", None,
+                      CompileOptions(allow_synthetic_calibration=True, analysis_samples=0, vela=True))
+    p = compare(r.sim, r.vela)
+    assert p.ours_cpu_vela_npu == [] and p.vela_cpu_ours_npu == []
+    assert [(c["node"], c["ours"]) for c in p.vela_cpu_ops] == [("resize", "cpu")]
+    devices = {o.node: o.device for o in r.sim.ops}
+    assert devices["conv"] == devices["averagepool"] == "npu"
+    assert [o.op_type for o in r.sim.ops if o.node.startswith("hardsigmoid")] == ["Mul", "Add", "Clip"]
