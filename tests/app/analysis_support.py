@@ -44,6 +44,18 @@ def charts_current(dock) -> bool:
     return ctl.current is not None and not ctl.busy and not dock.charts.is_updating
 
 
+def ethos_u55_without_gelu(tmp: Path) -> str:
+    """A target YAML: ethos-u55 without Gelu and Pow, on which transformer_demo keeps CPU
+    fallbacks, fused ones among them (on ethos-u55 itself every op runs on the NPU, as in vela)."""
+    from engine.hw.target import TARGETS_DIR
+
+    text = (TARGETS_DIR / "ethos-u55.yaml").read_text(encoding="utf-8")
+    lines = [ln for ln in text.splitlines() if not ln.strip().startswith(("Gelu:", "Pow:"))]
+    path = tmp / "ethos-u55-no-gelu.yaml"
+    path.write_text("\n".join(lines).replace("name: ethos-u55", "name: ethos-u55-no-gelu") + "\n", encoding="utf-8")
+    return str(path)
+
+
 def open_analysed(model: str, target: str, tmp: Path):
     """A shown main window on demo ``model`` for ``target``, analysed; returns (window, dock)."""
     from PySide6.QtWidgets import QMessageBox
