@@ -446,3 +446,10 @@ def lower_for_target(graph: Graph, target: Any, disabled: Iterable[str] = (), ve
     run = PassManager(lowering_passes(target, disabled), disabled=disabled, verify=verify).run(graph)
     finalize(run.graph)
     return run
+
+
+def lowered_copy(graph: Graph, target: Any) -> Graph:
+    """A lowered clone of ``graph`` for ``target`` (the graph passed in is not modified)."""
+    from engine.ir.clone import clone_graph
+
+    return lower_for_target(clone_graph(graph), target).graph
