@@ -13,7 +13,8 @@ weight W[K, N] is one matrix product over the rows of A (vela's FULLY_CONNECTED)
     Y = Reshape(MatMul(Reshape(A, [d0*..*dk, K]), W), [d0, .., dk, N])
 
 ``lower_global_pool``: GlobalAveragePool(x)[n, c] = mean over h, w of x[n, c, h, w]
-    = ReduceMean(x, axes=[2, ..., r-1], keepdims=1)   (vela's MEAN, a depthwise sum on the NPU)
+    = AveragePool(x, kernel=[h, w], no padding)        (vela's AVERAGE_POOL_2D) where the NPU runs it,
+    = ReduceMean(x, axes=[2, ..., r-1], keepdims=1)    (vela's MEAN, a depthwise sum) otherwise
 
 ``lower_div``: Div(x, c) with a constant c without zeros = Mul(x, 1 / c)  (no int8 DIV on the
 NPU; also for every target that exports TFLite, which has no int8 DIV vela runs).
@@ -221,30 +222,42 @@ class BatchMatMulAsRank3(Rule):
 
 
 class GlobalAveragePoolAsMean(_Lowering):
-    """GlobalAveragePool(x) -> ReduceMean(x, spatial axes, keepdims=1)."""
+    """GlobalAveragePool(x) -> an unpadded AveragePool over the whole map where the NPU runs that
+    (vela's AVERAGE_POOL_2D; quantized like the pool it replaces), else ReduceMean(x, spatial
+    axes, keepdims=1) (vela's MEAN)."""
 
     name = "lower_global_pool.mean"
-    lowered_ops = ("ReduceMean",)
+    lowered_ops = ()
 
     def __init__(self, target: Any) -> None:
         self.pattern = Op("GlobalAveragePool", Var("x"), name="root")
         super().__init__(target)
 
     def check_form(self, graph: Graph, m: Match) -> str | None:
-        """The input's rank is known and it has spatial axes."""
+        """The input's rank is known, it has spatial axes, the NPU lists AveragePool or ReduceMean."""
         r = m["x"].type.rank
         if r is None or r < 3:
             return "the input's rank is not known" if r is None else "the input has no spatial axes"
+        if not (self.target.supports("AveragePool") or self.target.supports("ReduceMean")):
+            return f"the lowered form needs AveragePool or ReduceMean, which the {self.target.name} NPU does not list"
         return None
 
     def rewrite(self, graph: Graph, m: Match) -> Node:
-        """Axes as an attribute before opset 18, as an input from 18 on."""
+        """The AveragePool when its verdict is supported; else ReduceMean, axes as an attribute
+        before opset 18, as an input from 18 on."""
         gap: Node = m["root"]
         x = m["x"]
         axes = list(range(2, int(x.type.rank)))
         prov = merge_provenance([gap])
         out, name = gap.outputs[0], gap.name
         remove_nodes(graph, [gap])
+        shape = _static(x)
+        if shape is not None and self.target.supports("AveragePool"):
+            pool = _new_node(graph, "AveragePool", [x], name, "", prov, {"kernel_shape": list(shape[2:])},
+                             outputs=[out])
+            if _verdict(pool, self.target).supported:
+                return pool
+            remove_nodes(graph, [pool])
         if graph.opset("") >= 18:
             node = _new_node(graph, "ReduceMean", [x, add_constant(graph, f"{name}_axes", np.asarray(axes, np.int64))],
                              name, "", prov, {"keepdims": 1}, outputs=[out])

@@ -88,15 +88,28 @@ def test_batch_matmul_in_a_cnn_becomes_rank3_for_tflite():
     _same_as_onnxruntime(proto, run.graph)
 
 
-def test_global_average_pool_becomes_reduce_mean_on_the_npu():
-    for opset in (13, 18):
+def test_global_average_pool_becomes_a_whole_map_average_pool_on_the_npu():
+    proto = model("""
+        agraph (float[1,8,7,5] x) => (float[1,8,1,1] y) {
+            y = GlobalAveragePool (x)
+        }""")
+    g, run = _lower(proto)
+    assert op_types(run.graph) == ["AveragePool"]
+    node = run.graph.nodes[0]
+    assert node.attrs["kernel_shape"] == [7, 5] and node.meta["provenance"] == [g.nodes[0].name]
+    assert node.name == g.nodes[0].name
+    assert _all_on_npu(run.graph) == {}
+    _same_as_onnxruntime(proto, run.graph)
+
+
+def test_global_average_pool_too_large_for_a_pool_window_becomes_reduce_mean():
+    for opset in (13, 18):  # axes as an attribute, then as an input
         proto = model("""
-            agraph (float[1,8,7,5] x) => (float[1,8,1,1] y) {
+            agraph (float[1,4,300,3] x) => (float[1,4,1,1] y) {
                 y = GlobalAveragePool (x)
             }""", opset=opset)
-        g, run = _lower(proto)
-        assert op_types(run.graph) == ["ReduceMean"], opset
-        assert run.graph.nodes[0].meta["provenance"] == [g.nodes[0].name]
+        _, run = _lower(proto)
+        assert op_types(run.graph) == ["ReduceMean"], opset  # kernel 300 > the U55's 256
         assert _all_on_npu(run.graph) == {}
         _same_as_onnxruntime(proto, run.graph)
 
