@@ -20,7 +20,7 @@ from PySide6.QtCore import QEvent, QObject, Qt, QTimer
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QDockWidget, QMainWindow, QMenu, QProgressBar, QToolButton
 
-from app import runtime
+from app import runtime, style
 from app.analysis import AnalysisController
 from app.export import ExportController
 from app.panels.charts import ChartsPanel
@@ -266,8 +266,8 @@ class AnalysisDock(QObject):
             from engine.export.artifacts import fused_groups
 
             comp = result.compile
-            summary = (f"live analysis: {len(comp.source.nodes)} → {len(comp.optimized.nodes)} nodes, "
-                       f"{result.sim.summary()['npu_ops']} ops on the NPU, {result.sim.summary()['cpu_ops']} on the CPU")
+            summary = (f"live analysis: {len(comp.source.nodes)} → {style.count(len(comp.optimized.nodes), 'node')}, "
+                       f"{style.count(result.sim.summary()['npu_ops'], 'op')} on the NPU, {result.sim.summary()['cpu_ops']} on the CPU")
             trace.show_trace([r.to_json() for r in comp.optimize_trace], fused_groups(comp), summary)
 
     def _on_comparison_changed(self, _comparison: Any) -> None:

@@ -143,7 +143,9 @@ def screenshot(model: Path, dest: Path, target: str | None, shapes: dict, out: O
     image = win.grab()
     if not image.save(str(dest), "PNG"):
         raise InputError(f"{dest}: cannot write the PNG")
-    out.line(f"wrote {dest} ({image.width()}x{image.height()}, {len(doc.graph)} nodes)")
+    from app import style
+
+    out.line(f"wrote {dest} ({image.width()}x{image.height()}, {style.count(len(doc.graph), 'node')})")
     win.doc.undo_stack.setClean()
     win.close()
     if analysis is not None:

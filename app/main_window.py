@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import commands, jobs, placement, recent, runtime
+from app import commands, jobs, placement, recent, runtime, style
 from app.analysis_dock import install_analysis
 from app.canvas.minimap import LegendWidget, MinimapWidget
 from app.canvas.node_item import IOItem, NodeItem
@@ -84,7 +84,7 @@ class _CanvasArea(QWidget):
     def place_overlays(self) -> None:
         vp = self.view.viewport().geometry()
         self.legend.move(vp.left() + 10, vp.top() + 10)
-        self.minimap.move(vp.right() - self.minimap.width() - 10, vp.bottom() - self.minimap.height() - 10)
+        self.minimap.place()
 
 
 class MainWindow(QMainWindow):
@@ -300,7 +300,7 @@ class MainWindow(QMainWindow):
         if not restored:
             self._add_recent(loaded.project_path or loaded.model_path)
         self.settings.setValue("paths/last_dir", str((loaded.project_path or loaded.model_path).parent))
-        self.statusBar().showMessage(f"opened {self.doc.title() if self.doc else ''}: {len(loaded.graph)} nodes "
+        self.statusBar().showMessage(f"opened {self.doc.title() if self.doc else ''}: {style.count(len(loaded.graph), 'node')} "
                                      f"(read {loaded.seconds.get('load', 0):.2f} s, layout {loaded.seconds.get('layout', 0):.2f} s)", 8000)
         self._shape_banner = bool(dynamic_inputs(loaded.graph)) and loaded.project is None
         self._show_banner()
@@ -507,7 +507,7 @@ class MainWindow(QMainWindow):
         nodes = self.scene.selected_nodes()
         self._clipboard = commands.copy_nodes(nodes, self.scene.node_positions())
         QApplication.clipboard().setText("\n".join(f"{n.op_type} {n.name}" for n in nodes))
-        self.statusBar().showMessage(f"copied {len(nodes)} node{'s' if len(nodes) != 1 else ''}", 4000)
+        self.statusBar().showMessage(f"copied {style.count(len(nodes), 'node')}", 4000)
 
     def paste(self) -> None:
         if self.scene is None or self.doc is None or self.scene.read_only or not self._clipboard:

@@ -11,8 +11,11 @@ from app import style
 from app.canvas.view import GraphView
 from app.placement import FallbackCount
 
-MINIMAP_W = 190
+MINIMAP_W = 190  # the largest it gets (a big canvas)
 MINIMAP_H = 240
+MINIMAP_MIN = 64  # the smallest side it gets (a small canvas, a very flat or very tall graph)
+MINIMAP_SHARE = 0.2  # of the canvas's width and of its height, at most: it stays in its corner
+MARGIN = 10
 
 
 class MinimapWidget(QWidget):
@@ -22,6 +25,7 @@ class MinimapWidget(QWidget):
         super().__init__(view)
         self.view = view
         self.setFixedSize(MINIMAP_W, MINIMAP_H)
+        self._aspect = MINIMAP_W / MINIMAP_H  # width / height of the graph drawn (of the box until one is)
         self.setCursor(Qt.CursorShape.PointingHandCursor)
         self._pixmap: QPixmap | None = None
         self._bounds = QRectF()
@@ -41,7 +45,36 @@ class MinimapWidget(QWidget):
             self.hide()
         else:
             self.setVisible(not self.view.visible_scene_rect().contains(sc.graph_bounds()))
+            self.place()
         self.update()
+
+    def box_size(self) -> tuple[int, int]:
+        """The minimap's size for the canvas's current size: at most MINIMAP_SHARE of its width
+        and of its height (and MINIMAP_W x MINIMAP_H), shaped like the graph."""
+        vp = self.view.viewport().size()
+        max_w = max(MINIMAP_MIN, min(MINIMAP_W, int(vp.width() * MINIMAP_SHARE)))
+        max_h = max(MINIMAP_MIN, min(MINIMAP_H, int(vp.height() * MINIMAP_SHARE)))
+        w, h = max_w, int(max_w / self._aspect)
+        if h > max_h:
+            w, h = int(max_h * self._aspect), max_h
+        return max(MINIMAP_MIN, w), max(MINIMAP_MIN, h)
+
+    def place(self) -> None:
+        """Size it for the canvas and put it in the bottom-right corner, or the bottom-left one
+        when the graph's centre would be under it there (the view's centre never is)."""
+        w, h = self.box_size()
+        if (w, h) != (self.width(), self.height()):
+            self.setFixedSize(w, h)
+            if self._pixmap is not None and not self._timer.isActive():
+                self.schedule_rebuild()
+        vp = self.view.viewport().geometry()
+        x, y = vp.right() - w - MARGIN, vp.bottom() - h - MARGIN
+        sc = self.view.graph_scene()
+        if sc is not None and not self._bounds.isEmpty():
+            centre = self.view.mapFromScene(sc.graph_bounds().center())
+            if QRectF(x, y, w, h).contains(QPointF(centre)):
+                x = vp.left() + MARGIN
+        self.move(x, y)
 
     def schedule_rebuild(self) -> None:
         """Redraw the cached picture soon (edits come in bursts)."""
@@ -50,6 +83,11 @@ class MinimapWidget(QWidget):
     def rebuild(self) -> None:
         """Draw every node item as a small box into the cached pixmap."""
         sc = self.view.graph_scene()
+        bounds = sc.graph_bounds() if sc is not None and not sc.is_populating else QRectF()
+        if not bounds.isEmpty():
+            self._aspect = bounds.width() / bounds.height()
+            w, h = self.box_size()
+            self.setFixedSize(w, h)
         pm = QPixmap(self.size())
         pm.fill(QColor(255, 255, 255, 235))
         self._pixmap = pm
@@ -58,7 +96,6 @@ class MinimapWidget(QWidget):
             self._on_view_changed()
             self.schedule_rebuild()
             return
-        bounds = sc.graph_bounds() if sc is not None else QRectF()
         if bounds.isEmpty() or not sc.node_items:
             self._bounds = QRectF()
             self._on_view_changed()
