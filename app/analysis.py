@@ -267,11 +267,10 @@ class AnalysisController(QObject):
             if self.state != "failed":
                 self._set_state("idle", "choose a hardware target to compile for")
             return
-        from engine.ir.clone import clone_graph
-
         self._request_id += 1
         pins = {n.name: n.meta["pin"] for n in doc.graph.nodes if n.meta.get("pin") in placement.DEVICES}
-        req = AnalysisRequest(self._request_id, doc.graph.version, clone_graph(doc.graph), self.settings, target,
+        # The document's graph itself: the job copies it (clone_unchanged), not the GUI thread.
+        req = AnalysisRequest(self._request_id, doc.graph.version, doc.graph, self.settings, target,
                               pins, what_if_hardware=self.hardware is not None)
         task = Task(compile_job, req, self.cache, name="analysis")
         task.signals.progress.connect(self.progress)

@@ -18,7 +18,7 @@ from typing import Any
 
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QDockWidget, QMainWindow, QMenu, QProgressBar, QToolButton
+from PySide6.QtWidgets import QDockWidget, QMainWindow, QMenu, QToolButton
 
 from app import runtime, style
 from app.analysis import AnalysisController
@@ -29,6 +29,7 @@ from app.panels.precision_panel import PrecisionPanel
 from app.panels.quant_inspector import QuantInspectorPanel
 from app.panels.stages_panel import StagesPanel
 from app.panels.target_panel import TargetPanel
+from app.progress import ProgressStrip
 
 log = logging.getLogger(__name__)
 
@@ -176,11 +177,10 @@ class AnalysisDock(QObject):
             tools.addAction(act)
 
     def _build_status(self) -> None:
-        self.progress = QProgressBar()
+        self.progress = ProgressStrip()  # never a synchronous repaint (app/progress.py)
         self.progress.setRange(0, 1000)
         self.progress.setMaximumWidth(140)
         self.progress.setMaximumHeight(14)
-        self.progress.setTextVisible(False)
         self.progress.setToolTip("background analysis (compile, quantize, simulate)")
         self.cancel_button = QToolButton()
         self.cancel_button.setText("✕")

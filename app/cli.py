@@ -138,6 +138,7 @@ def screenshot(model: Path, dest: Path, target: str | None, shapes: dict, out: O
         analysis.wait_for_screenshot(timeout)
     app.processEvents()
     win.canvas.minimap.rebuild()
+    win.canvas.minimap.finish()
     win.frame_for_screenshot()
     app.processEvents()
     image = win.grab()

@@ -16,7 +16,7 @@ from app.canvas.edge_item import edge_paths
 from app.canvas.layout import LayoutResult, layered_layout
 from app.canvas.snapshot import GraphSnapshot, take_snapshot
 from app.runtime import collections_paused, settle_heap
-from app.workers import TaskControl
+from app.workers import TaskControl, clone_unchanged
 from engine import project as projects
 from engine.diagnostics import Diagnostic
 from engine.ir.graph import Graph
@@ -101,8 +101,10 @@ class CompileOutcome:
     summary: str
 
 
-def optimize_and_place_job(control: TaskControl, graph: Graph, target: Any) -> CompileOutcome:
-    """Optimize a clone of the document's graph and place the result on ``target``."""
+def optimize_and_place_job(control: TaskControl, graph: Graph, version: int, target: Any) -> CompileOutcome:
+    """Optimize a clone of the document's graph (at ``version``) and place the result on ``target``."""
+    control.progress(0.02, "copying the graph")
+    graph = clone_unchanged(graph, version)
     control.progress(0.05, "optimizing")
     from engine.passes.pipeline import optimize
 

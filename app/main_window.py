@@ -21,7 +21,6 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QMainWindow,
     QMessageBox,
-    QProgressBar,
     QToolBar,
     QVBoxLayout,
     QWidget,
@@ -41,6 +40,7 @@ from app.panels.inspector import InspectorPanel
 from app.panels.palette import PalettePanel
 from app.panels.pass_trace import PassTracePanel
 from app.panels.sweep_panel import install_sweep_panel
+from app.progress import ProgressStrip
 from app.runtime import settle_heap
 from app.shape_dialog import ShapeDialog, dynamic_inputs, remember, remembered
 from app.workers import Task
@@ -128,10 +128,9 @@ class MainWindow(QMainWindow):
         self.tabifyDockWidget(self.inspector, self.pass_trace)
         self.inspector.raise_()
         self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.diagnostics)
-        self.progress = QProgressBar()
+        self.progress = ProgressStrip()  # a QProgressBar repaints the window synchronously (app/progress.py)
         self.progress.setMaximumWidth(220)
         self.progress.setRange(0, 1000)
-        self.progress.setTextVisible(False)  # with text, setValue repaints the window synchronously
         self.progress.hide()
         self.zoom_label = QLabel("")
         self.statusBar().addPermanentWidget(self.progress)
@@ -603,13 +602,12 @@ class MainWindow(QMainWindow):
         doc = self.doc
         if doc is None:
             return None
-        from engine.ir.clone import clone_graph
-
         doc.flush()
-        task = Task(jobs.optimize_and_place_job, clone_graph(doc.graph), doc.target, name="compile")
+        task = Task(jobs.optimize_and_place_job, doc.graph, doc.graph.version, doc.target, name="compile")
         task.signals.progress.connect(self._show_progress)
         task.signals.finished.connect(self._on_compile_done)
         task.signals.failed.connect(self._on_task_failed)
+        task.signals.cancelled.connect(lambda: doc is self.doc and self.compile())  # edited while copied
         self._show_progress(0.0, "compiling")
         return task.start()
 

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.gui
 
 def _minimap_settled(win) -> bool:
     mm = win.canvas.minimap
-    return win.scene is not None and not win.scene.is_populating and not mm._timer.isActive() \
+    return win.scene is not None and not win.scene.is_populating and not mm.building \
         and mm._pixmap is not None
 
 
