@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
 
 from app import commands, jobs, placement, recent, runtime, style
 from app.analysis_dock import install_analysis
-from app.canvas.minimap import LegendWidget, MinimapWidget
+from app.canvas.minimap import MARGIN, LegendWidget, MinimapWidget
 from app.canvas.node_item import IOItem, NodeItem
 from app.canvas.scene import GraphScene
 from app.canvas.snapshot import take_snapshot
@@ -83,6 +83,7 @@ class _CanvasArea(QWidget):
 
     def place_overlays(self) -> None:
         vp = self.view.viewport().geometry()
+        self.legend.fit_width(vp.width() - 2 * MARGIN)
         self.legend.move(vp.left() + 10, vp.top() + 10)
         self.minimap.place()
 

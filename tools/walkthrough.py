@@ -85,6 +85,7 @@ class Session:
 
     def __init__(self, out: Path, work: Path, timeout: float) -> None:
         self.out, self.work, self.timeout = out, work, timeout
+        self.compile_timeout = 600.0  # a wait that may include a background compile (PP-OCRv6 det at 320x320)
         self.state_file = work / "state.json"
         self.display = self._free_display()
         self.env = dict(os.environ, DISPLAY=f":{self.display}")
@@ -150,7 +151,7 @@ class Session:
 
         return self.wait(what, check, timeout)  # type: ignore[return-value]
 
-    def settle(self, seconds: float = 0.0, still_ms: int = 400, timeout: float = 240) -> dict:
+    def settle(self, seconds: float = 0.0, still_ms: int = 400, timeout: float | None = None) -> dict:
         """The editor's own readiness signal (app/walkthrough_probe.py): wait until it reports
         nothing busy (loading, laying out, drawing, placing, compiling) and a canvas that has not
         moved for ``still_ms``, in a state written after this call; returns that state, to aim at.
@@ -160,7 +161,7 @@ class Session:
         after = self.state().get("seq", 0)
         return self.wait_state("the editor to be idle with its canvas still",
                                lambda s: s.get("seq", 0) > after and not s.get("busy")
-                               and s.get("still_ms", 0) >= still_ms, timeout)
+                               and s.get("still_ms", 0) >= still_ms, timeout or self.compile_timeout)
 
     def attempt(self, what: str, act, done, tries: int = 3, timeout: float = 10) -> dict:
         """Aim at a settled canvas and ``act(state)``; wait for ``done(state)``. When the effect
@@ -271,6 +272,7 @@ def run(args: argparse.Namespace) -> int:
         small_dynamic_model(model)
     bundle = work / "bundle"
     ses = Session(out, work, args.timeout)
+    ses.compile_timeout = args.compile_timeout
     step = "start"
     try:
         ses.start_x()
@@ -297,7 +299,8 @@ def run(args: argparse.Namespace) -> int:
         want = [int(d) for d in args.shape.split(",")]
         s = ses.wait_state("the model placed with the typed shape",
                            lambda s: not s.get("modal") and s.get("doc") and want in s["doc"]["inputs"].values()
-                           and s["nodes"] and all(n["device"] not in (None, "unplaced") for n in s["nodes"]), 180)
+                           and s["nodes"] and all(n["device"] not in (None, "unplaced") for n in s["nodes"]),
+                           ses.compile_timeout)
         s = ses.settle()
         ses.screenshot("opened_placed")
         n_nodes = s["doc"]["nodes"]
@@ -358,7 +361,7 @@ def run(args: argparse.Namespace) -> int:
         ses.move(*_center(s["canvas"]))
         ses.key("ctrl+b")
         s = ses.wait_state("the compile's summary", lambda s: s.get("compiled")
-                           and s["compiled"]["summary"] != before, 180)
+                           and s["compiled"]["summary"] != before, ses.compile_timeout)
         ses.settle(0.3)
         ses.screenshot("compiled")
 
@@ -407,6 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pin", default="conv2", help="the node to pin to the CPU")
     p.add_argument("--out", default=str(ROOT / "assets" / "screenshots" / "walkthrough"))
     p.add_argument("--timeout", type=float, default=60.0, help="default seconds per wait")
+    p.add_argument("--compile-timeout", type=float, default=600.0,
+                   help="seconds for a wait that includes a compile (the editor's background analysis)")
     args = p.parse_args(argv)
     missing = sorted({pkg for tool, pkg in NEEDED.items() if shutil.which(tool) is None})
     if missing:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from PySide6.QtCore import QPointF, QRectF, Qt, QTimer
+from PySide6.QtCore import QPointF, QRect, QRectF, Qt, QTimer
 from PySide6.QtGui import QBrush, QColor, QMouseEvent, QPainter, QPaintEvent, QPen, QPixmap
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QWidget
 
@@ -85,21 +85,27 @@ class MinimapWidget(QWidget):
         return max(MINIMAP_MIN, w), max(MINIMAP_MIN, h)
 
     def place(self) -> None:
-        """Size it for the canvas and put it in the bottom-right corner, or the bottom-left one
-        when the graph's centre would be under it there (the view's centre never is)."""
+        """Size it for the canvas and put it in the bottom corner that hides fewer nodes (the
+        bottom-right one on a tie), never over the graph's centre (the view's centre never is)."""
         w, h = self.box_size()
         if (w, h) != (self.width(), self.height()):
             self.setFixedSize(w, h)
             if self._pixmap is not None and not self._timer.isActive():
                 self.schedule_rebuild()
         vp = self.view.viewport().geometry()
-        x, y = vp.right() - w - MARGIN, vp.bottom() - h - MARGIN
+        y = vp.bottom() - h - MARGIN
+        corners = [vp.right() - w - MARGIN, vp.left() + MARGIN]
         sc = self.view.graph_scene()
         if sc is not None and not self._bounds.isEmpty():
-            centre = self.view.mapFromScene(sc.graph_bounds().center())
-            if QRectF(x, y, w, h).contains(QPointF(centre)):
-                x = vp.left() + MARGIN
-        self.move(x, y)
+            centre = QPointF(self.view.mapFromScene(sc.graph_bounds().center())) + QPointF(vp.topLeft())
+
+            def cost(x: int) -> tuple[bool, int]:
+                box = QRect(x - vp.left(), y - vp.top(), w, h)  # in viewport coordinates
+                hidden = sum(1 for it in self.view.items(box) if type(it).__name__ == "NodeItem")
+                return QRectF(x, y, w, h).contains(centre), hidden
+
+            corners.sort(key=cost)
+        self.move(corners[0], y)
 
     def schedule_rebuild(self) -> None:
         """Redraw the cached picture soon (edits come in bursts)."""
@@ -230,6 +236,8 @@ class LegendWidget(QFrame):
         lay.setContentsMargins(8, 4, 8, 4)
         lay.setSpacing(10)
         self.labels: dict[str, QLabel] = {}
+        self.swatches: dict[str, QLabel] = {}
+        self._counts: dict[str, int] = {}
         self.source = QLabel("")  # whose placement the colours show: the compile's or the edited graph's
         self.source.setStyleSheet("font-weight: 600;")
         lay.addWidget(self.source)
@@ -241,6 +249,7 @@ class LegendWidget(QFrame):
             swatch.setStyleSheet(f"background: {color.name()}; border-radius: 3px;")
             label = QLabel(text)
             self.labels[key] = label
+            self.swatches[key] = swatch
             lay.addWidget(swatch)
             lay.addWidget(label)
         self.adjustSize()
@@ -249,14 +258,39 @@ class LegendWidget(QFrame):
         """Name the placement the colours show (e.g. "compiled" or "edited graph")."""
         self.source.setText(text)
         self.source.setVisible(bool(text))
+        self._refit()
+
+    def fit_width(self, width: int) -> None:
+        """Wider than ``width`` (a narrow canvas): the keys with nothing to count step aside
+        ("problem", "fused group" with no node), so the legend is never cut at the canvas edge."""
+        for key in ("error", "group"):
+            self._set_entry_visible(key, True)
         self.adjustSize()
+        for key in ("group", "error"):
+            if self.sizeHint().width() <= width:
+                break
+            if not self._counts.get(key):
+                self._set_entry_visible(key, False)
+                self.adjustSize()
+
+    def _set_entry_visible(self, key: str, visible: bool) -> None:
+        self.labels[key].setVisible(visible)
+        self.swatches[key].setVisible(visible)
 
     def set_counts(self, counts: dict[str, int], fallback: FallbackCount | None = None) -> None:
         """Show how many nodes each colour has (``fallback``: the CPU nodes and their compiled ops)."""
+        self._counts = dict(counts)
         for key, label in self.labels.items():
             base = {"error": "problem", "group": "fused group"}.get(key, style.PLACEMENT_LABELS.get(key, key))
             n = counts.get(key)
             label.setText(f"{base} {n}" if n else base)
         cpu = self.labels["cpu"]
         cpu.setToolTip(f"CPU fallback: {fallback.phrase()} of the graph run on the CPU" if fallback else "")
-        self.adjustSize()
+        self._refit()
+
+    def _refit(self) -> None:
+        parent = self.parentWidget()
+        if isinstance(parent, GraphView):
+            self.fit_width(parent.viewport().width() - 2 * MARGIN)
+        else:
+            self.adjustSize()

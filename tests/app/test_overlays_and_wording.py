@@ -1,5 +1,6 @@
 """Canvas overlays and wording: at 1280x800 the minimap is a small corner box that never covers
-the graph's centre, and counts read "1 error", "1 node", never "1 errors"."""
+the graph's centre and the legend fits the canvas; counts read "1 error", "1 node", never
+"1 errors"."""
 
 from __future__ import annotations
 
@@ -40,6 +41,15 @@ def test_minimap_at_1280x800_is_a_small_corner_box_off_the_graph_centre(qtbot, t
         assert box.width() <= 0.2 * vp.width() + 1 and box.height() <= 0.2 * vp.height() + 1, (box, vp)
         assert box.width() * box.height() <= 0.05 * vp.width() * vp.height()
         assert not box.contains(QPointF(vp.center()))
+        # The legend fits the narrow canvas with a compile's figures in it (PP-OCRv6 det at
+        # 1280x800 ran past the canvas's right edge: "fused group" was cut).
+        from app import placement
+
+        win.canvas.legend.set_source(placement.SOURCE_LABELS["compiled"])
+        win.canvas.legend.set_counts({"npu": 451, "cpu": 13, "unplaced": 1})
+        qtbot.wait(20)
+        legend = win.canvas.legend.geometry()
+        assert legend.left() >= vp.left() and legend.right() <= vp.right(), (legend, vp)
         centre = QPointF(view.mapFromScene(win.scene.graph_bounds().center())) + QPointF(vp.topLeft())
         for x_scroll in (0.0, 0.5, 1.0):  # wherever the view is, the graph's centre stays uncovered
             bar = view.horizontalScrollBar()
