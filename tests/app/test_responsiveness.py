@@ -91,7 +91,9 @@ def test_gui_thread_never_blocks_over_100ms_while_loading_laying_out_and_compili
     _assert_responsive(qtbot, settings, recovery_dir, path.stem, path, None)
 
 
-BACKGROUND = [("mobilenet_demo", "phone-npu", None), ("ppocr_det", "phone-npu", {"x": (1, 3, 160, 160)})]
+# PP-OCRv6 det at the zoo's 64x64: at 320x320 its background compile takes minutes on this machine (the
+# walkthrough opens it there), beyond the suite's time budget.
+BACKGROUND = [("mobilenet_demo", "phone-npu", None), ("ppocr_det", "phone-npu", {"x": (1, 3, 64, 64)})]
 
 
 @pytest.mark.parametrize(("model", "target", "shapes"), BACKGROUND, ids=[c[0] for c in BACKGROUND])
