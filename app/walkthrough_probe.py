@@ -6,7 +6,7 @@ geometry, the dock and toolbar rectangles, the palette's visible op rows, every 
 canvas (screen rectangle, port positions, device, pin), the undo stack, the last compile, the
 active modal dialog and the status-bar message, all in screen coordinates, plus a readiness
 signal: ``busy`` (what the window is still doing: loading, laying out, drawing the scene,
-placing, compiling) and ``still_ms`` (how long the canvas has not moved: no scroll, zoom or node
+placing, compiling, drawing the charts) and ``still_ms`` (how long the canvas has not moved: no scroll, zoom or node
 rectangle change between writes). tools/walkthrough.py aims only when ``busy`` is empty and the
 canvas has held still, and
 then moves the mouse by these figures and checks each step's effect in them, so it finds widgets
@@ -82,6 +82,8 @@ class WalkthroughProbe(QObject):
         analysis = getattr(w, "analysis", None)
         if analysis is not None and getattr(analysis.controller, "busy", False):
             out.append("compiling")
+        if analysis is not None and getattr(analysis.charts, "is_updating", False):
+            out.append("drawing the charts")
         return out
 
     def state(self) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SCREEN = (1280, 800)
+OFF_CANVAS = {"compiling", "drawing the charts"}  # busy, but not moving the canvas (the probe's names)
 NEEDED = {"Xvfb": "xvfb", "xdotool": "xdotool", "import": "imagemagick", "convert": "imagemagick"}
 
 
@@ -151,17 +152,24 @@ class Session:
 
         return self.wait(what, check, timeout)  # type: ignore[return-value]
 
-    def settle(self, seconds: float = 0.0, still_ms: int = 400, timeout: float | None = None) -> dict:
+    def settle(self, seconds: float = 0.0, still_ms: int = 400, compile_s: float = 0.0) -> dict:
         """The editor's own readiness signal (app/walkthrough_probe.py): wait until it reports
-        nothing busy (loading, laying out, drawing, placing, compiling) and a canvas that has not
-        moved for ``still_ms``, in a state written after this call; returns that state, to aim at.
-        ``seconds`` first lets an action's own events arrive (a key press, a drop)."""
+        nothing busy that moves the canvas (loading, laying out, drawing, placing) and a canvas
+        that has not moved for ``still_ms``, in a state written after this call; returns that
+        state, to aim at. A background compile does not move the canvas: it is waited for up to
+        ``compile_s`` (a screenshot with current charts), then not (PP-OCRv6 det at 320x320
+        compiles for minutes). ``seconds`` first lets an action's own events arrive."""
         if seconds:
             time.sleep(seconds)
         after = self.state().get("seq", 0)
+        if compile_s:
+            with contextlib.suppress(StepFailed):
+                self.wait_state("the background compile", lambda s: s.get("seq", 0) > after
+                                and not set(s.get("busy", [])) & OFF_CANVAS, compile_s)
         return self.wait_state("the editor to be idle with its canvas still",
-                               lambda s: s.get("seq", 0) > after and not s.get("busy")
-                               and s.get("still_ms", 0) >= still_ms, timeout or self.compile_timeout)
+                               lambda s: s.get("seq", 0) > after
+                               and not [b for b in s.get("busy", ["?"]) if b not in OFF_CANVAS]
+                               and s.get("still_ms", 0) >= still_ms, self.compile_timeout)
 
     def attempt(self, what: str, act, done, tries: int = 3, timeout: float = 10) -> dict:
         """Aim at a settled canvas and ``act(state)``; wait for ``done(state)``. When the effect
@@ -301,7 +309,7 @@ def run(args: argparse.Namespace) -> int:
                            lambda s: not s.get("modal") and s.get("doc") and want in s["doc"]["inputs"].values()
                            and s["nodes"] and all(n["device"] not in (None, "unplaced") for n in s["nodes"]),
                            ses.compile_timeout)
-        s = ses.settle()
+        s = ses.settle(compile_s=120)
         ses.screenshot("opened_placed")
         n_nodes = s["doc"]["nodes"]
 
@@ -317,7 +325,7 @@ def run(args: argparse.Namespace) -> int:
         if not added:
             raise StepFailed(f"no unconnected {args.op} on the canvas after the drop")
         new = added[-1]["name"]
-        ses.settle(0.3)
+        ses.settle(0.3, compile_s=90)
         ses.screenshot("dragged_from_palette")
 
         step = "04 draw a wire from an output port to the new node's input"
@@ -326,7 +334,7 @@ def run(args: argparse.Namespace) -> int:
                     lambda s: ses.drag(tuple(_node(s, src_name, on_screen=True)["outputs"][0]),
                                        tuple(_node(s, new, on_screen=True)["inputs"][0]), steps=16),
                     lambda s: _node(s, new)["connected"][0])
-        ses.settle(0.3)
+        ses.settle(0.3, compile_s=90)
         ses.screenshot("wire_drawn")
 
         step = "05 select a node and press Delete"
@@ -335,13 +343,13 @@ def run(args: argparse.Namespace) -> int:
                     lambda s: _node(s, victim)["selected"])
         ses.key("Delete")
         s = ses.wait_state(f"{victim} deleted", lambda s: all(n["name"] != victim for n in s["nodes"]), 15)
-        ses.settle(0.3)
+        ses.settle(0.3, compile_s=90)
         ses.screenshot("node_deleted")
 
         step = "06 undo (Ctrl+Z) brings it back"
         ses.key("ctrl+z")
         s = ses.wait_state(f"{victim} back", lambda s: any(n["name"] == victim for n in s["nodes"]), 15)
-        ses.settle(0.3)
+        ses.settle(0.3, compile_s=90)
         ses.screenshot("undo")
 
         step = "07 pin a node to the CPU from its context menu"
@@ -353,7 +361,7 @@ def run(args: argparse.Namespace) -> int:
         ses.key("Down", "Down", "Return")  # Pin to NPU, Pin to CPU, Unpin
         s = ses.wait_state(f"{pin} pinned to the CPU", lambda s: _node(s, pin)["pin"] == "cpu"
                            and _node(s, pin)["device"] == "cpu", 30)
-        s = ses.settle(0.3)
+        s = ses.settle(0.3, compile_s=90)
         ses.screenshot("pinned_to_cpu")
 
         step = "08 compile (Ctrl+B)"
@@ -362,7 +370,7 @@ def run(args: argparse.Namespace) -> int:
         ses.key("ctrl+b")
         s = ses.wait_state("the compile's summary", lambda s: s.get("compiled")
                            and s["compiled"]["summary"] != before, ses.compile_timeout)
-        ses.settle(0.3)
+        ses.settle(0.3, compile_s=90)
         ses.screenshot("compiled")
 
         step = "09 export the compiled bundle (Ctrl+Shift+E)"
@@ -377,7 +385,8 @@ def run(args: argparse.Namespace) -> int:
         ses.screenshot("export_folder")
         ses.key("Return")
         s = ses.wait_state("the export's 'Open the report?' question",
-                           lambda s: s.get("modal") and "Open the report" in (s["modal"].get("text") or ""), 300)
+                           lambda s: s.get("modal") and "Open the report" in (s["modal"].get("text") or ""),
+                           ses.compile_timeout)
         if not (bundle / "manifest.json").is_file():
             raise StepFailed(f"the export said it was done but {bundle}/manifest.json is missing")
         time.sleep(0.3)
