@@ -78,3 +78,29 @@ def test_counts_agree_with_their_number_one_error_one_node(qapp):
     assert FallbackCount(1, 1).phrase() == "1 node"
     assert FallbackCount(1, 3).phrase() == "1 node (3 compiled ops)"
     assert style.count(1, "pass", "passes") == "1 pass" and style.count(2, "pass", "passes") == "2 passes"
+
+
+def test_bar_labels_stay_inside_a_narrow_latency_chart(qtbot):
+    """After a pin the latency bars read "476 µs · compute (was 32 µs on NPU)": at 1280x800 the
+    chart is ~250 px wide and that label ran past its right edge."""
+    from PySide6.QtGui import QColor
+
+    from app.panels.chart_base import BarRow, RankedBarsChart
+
+    chart = RankedBarsChart("latency (µs)")
+    qtbot.addWidget(chart)
+    chart.resize(440, 220)
+    chart.show()
+    rows = [BarRow("conv2", 476.0, QColor("#d9711c"), "476 µs · compute  (was 32 µs on NPU)", ghost=32.0),
+            BarRow("conv1", 93.0, QColor("#d9711c"), "93 µs · compute  (was 17 µs on NPU)", ghost=17.0),
+            BarRow("add1", 16.0, QColor("#d9711c"), "16 µs · memory  (was 2.0 µs on NPU)", ghost=2.0)]
+    chart.set_rows(rows)
+    qtbot.wait(50)
+    from app.panels.chart_base import LabelsItem
+
+    labels = next(it for it in chart._labels if isinstance(it, LabelsItem))
+    chart.plot.grab()  # paint
+    assert len(labels.drawn) == len(rows)
+    for (text, end_px, edge_px), r in zip(labels.drawn, rows):
+        assert end_px <= edge_px + 1, (text, end_px, edge_px)
+        assert text.startswith(r.label.split(" ·")[0]), text  # the figure itself is always shown
