@@ -107,7 +107,8 @@ def check_value(value: Any, spec: Field, where: str, path: str) -> Any:
             if not math.isfinite(v) or (spec.minimum is not None and v < spec.minimum) or \
                     (spec.above is not None and v <= spec.above):
                 raise fail(where, f"{path}[{k}]", f"out of range: {v} ({spec.doc})")
-        value = tuple(float(v) for v in value) if kind == "number_list" else tuple(value)
+        if spec.length is not None:  # a fixed-length vector (the Ethos-U tables): immutable
+            value = tuple(float(v) for v in value) if kind == "number_list" else tuple(value)
     if spec.choices is not None and value not in spec.choices:
         choices = ", ".join(str(c) for c in spec.choices)
         raise fail(where, path, f"must be one of {choices}, got {excerpt(value)}")
