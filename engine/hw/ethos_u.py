@@ -25,7 +25,8 @@ channels for the part-kernel method vela picks for shallow IFMs):
 
     conv:       max(32 * ublock_c / 8, 4 * u_xy) * kernel_elems * u_z  [* ceil(C_in / ifm_block_c)]
     depthwise:  max(32 * ublock_c / 8, 4 * u_xy) * ceil(kernel_elems / 4) * u_z   (3)
-    pooling:    max(4, kernel_elems) * u_xy * u_z
+    pooling:    4 * kernel_elems * u_xy * u_z    (vela's legacy core: max(4, kernel_elems) * u_xy * u_z;
+                                                  vela 5.2's C++ core measures 4x that on pools)
 
 plus a pipeline delay when a block is a single micro-block. The output stage costs
 ``output_cycles_per_elem[op]`` (or the activation's, whichever is larger) per OFM element of the
@@ -422,9 +423,9 @@ def conv_cycles(arch: EthosUArch, q: LayerQuery, cfg: BlockConfig, const_area: s
     for ky in sub_y:
         for kx in sub_x:
             elems = ky * kx
-            if q.block_type == "pooling":
+            if q.block_type == "pooling":  # 4 cycles per kernel element and micro-block, as vela 5.2 measures
                 steps = 1
-                cyc = max(4, elems) * uxy * uz * (2 if q.ifm_bits == 16 and arch.macs > 32 else 1)
+                cyc = 4 * elems * uxy * uz * (2 if q.ifm_bits == 16 and arch.macs > 32 else 1)
             elif q.block_type == "depthwise":
                 steps = _div(elems, 4)
                 cyc = max(wb, 4 * uxy * (2 if q.ifm_bits == 16 else 1)) * steps * uz
