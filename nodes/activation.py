@@ -14,7 +14,7 @@ import numpy as np
 
 from nodes._util import broadcast_shapes, norm_axis
 from nodes.elementwise import erf, is_low_float
-from nodes.kernels import compiled_float, hard_swish_
+from nodes.kernels import compiled_float, gelu32_, hard_swish_
 from nodes.registry import register, register_spec
 from nodes.spec import (
     ELEMENTWISE_QUANT,
@@ -110,6 +110,8 @@ def _gelu(x: np.ndarray, a: dict[str, Any]) -> np.ndarray:
         inner *= _scalar(x, math.sqrt(2.0 / math.pi))
         t = np.tanh(inner, out=inner)
     elif mode == "none":
+        if x.dtype == np.float32 and x.flags.c_contiguous:
+            return gelu32_(x)
         t = erf(x * _scalar(x, 1.0 / math.sqrt(2.0)))
     else:
         raise OpError(f"Gelu approximate must be 'none' or 'tanh', got {mode!r}")
