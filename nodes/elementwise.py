@@ -89,9 +89,11 @@ class BinarySpec(FnSpec):
 
     def __init__(self, op_type: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray], since: int,
                  out_dtype: np.dtype | None = None, doc: str = "", same_type: bool = True,
-                 attrs: tuple[AttrSpec, ...] = ()) -> None:
+                 attrs: tuple[AttrSpec, ...] = (), ufunc: np.ufunc | None = None) -> None:
         self.out_dtype = out_dtype
         self.same_type = same_type
+        self.ufunc = ufunc  # float32/float64 arithmetic written into a donated input (out=)
+        self.inplace = ufunc is not None
         super().__init__(op_type, fn, since, doc, attrs)
 
     def infer(self, ctx: NodeContext) -> list[TensorType]:
@@ -110,6 +112,10 @@ class BinarySpec(FnSpec):
         pad = _legacy_axis(ctx.attrs, ctx.opset, a.ndim, b.ndim)
         if pad:
             b = b.reshape(b.shape + (1,) * pad)
+        elif ctx.donate >= 0 and a.dtype == b.dtype and a.dtype in _NATIVE_FLOATS:
+            target = b if ctx.donate else a
+            if target.shape == np.broadcast_shapes(a.shape, b.shape):
+                return self.ufunc(a, b, out=target)  # type: ignore[misc]
         out = np.asarray(self.fn(a, b))
         if self.out_dtype is None and out.dtype != a.dtype:
             out = out.astype(a.dtype)
@@ -151,14 +157,14 @@ def _low_float_binary(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Cal
     return run
 
 
-for _name, _fn, _since in (
-    ("Add", np.add, 14),
-    ("Sub", np.subtract, 14),
-    ("Mul", np.multiply, 14),
-    ("Div", _div, 14),
+for _name, _fn, _since, _ufunc in (
+    ("Add", np.add, 14, np.add),
+    ("Sub", np.subtract, 14, np.subtract),
+    ("Mul", np.multiply, 14, np.multiply),
+    ("Div", _div, 14, np.divide),
 ):
     _spec = register_spec(BinarySpec(_name, _low_float_binary(_fn), _since,
-                                     doc=f"Elementwise {_name} with broadcasting."))
+                                     doc=f"Elementwise {_name} with broadcasting.", ufunc=_ufunc))
     if _name != "Div":
         _spec.quant = ELEMENTWISE_QUANT
 

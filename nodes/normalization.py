@@ -61,6 +61,7 @@ class BatchNormalizationSpec(_NormSpec):
     """Normalize with per-channel statistics, then scale and shift."""
 
     doc = "Batch normalization: inference with running statistics, or training-mode statistics."
+    inplace = True
     inputs = (Port("X", doc="(N, C, D1, ...)"), Port("scale"), Port("B"), Port("input_mean"), Port("input_var"))
     outputs = (Port("Y"), Port("running_mean", optional=True), Port("running_var", optional=True),
                Port("saved_mean", optional=True), Port("saved_var", optional=True))
@@ -113,7 +114,10 @@ class BatchNormalizationSpec(_NormSpec):
             return outs
         inv = scale.astype(acc, copy=False) / np.sqrt(var.astype(acc, copy=False) + acc.type(eps))
         shift = b.astype(acc, copy=False) - mean.astype(acc, copy=False) * inv
-        y = x * inv.reshape(pshape)
+        if ctx.donate == 0 and x.dtype == acc:  # x dies here: the output reuses its buffer
+            y = np.multiply(x, inv.reshape(pshape), out=x)
+        else:
+            y = x * inv.reshape(pshape)
         y += shift.reshape(pshape)
         return y.astype(x.dtype, copy=False)
 
