@@ -11,11 +11,9 @@ same arithmetic in one pass, in the input's float type (float32 stays float32):
   caller-given buffer (which may be the input itself). (Sigmoid is not here: numpy's SIMD exp
   in three in-place passes measured 2x faster than a scalar exp loop.)
 
-Compiled with ``cache=True`` so the machine code is kept in numba's cache: next to this file
-when its folder is writable, else in the user's cache (numba falls back to
-``~/.cache/numba`` or ``NUMBA_CACHE_DIR`` on a read-only install). ``fastmath`` is limited to
-contraction (fused multiply-add) and signed zeros, which change results only within float
-rounding; NaN and infinity keep their meaning.
+The loops themselves are in nodes/_kernels_jit.py, imported on the first call (numba's import
+costs 1-2 s; commands that run no kernel do not pay it). The first call of each kernel in a
+process loads its cached machine code; only the first process after an install compiles.
 """
 
 from __future__ import annotations
@@ -23,120 +21,23 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
 
 from nodes.polyfit import ERF_NEAR, fit_poly
 
-_FAST = {"contract", "nsz"}
 
+def _jit():
+    """The compiled loops (nodes/_kernels_jit.py); numba is imported on the first call."""
+    from nodes import _kernels_jit
 
-@njit(cache=True, nogil=True, fastmath=_FAST)
-def _conv2d_direct(xp, w, out, sh, sw, dh, dw, group):  # pragma: no cover - compiled
-    n_batch, m, oh, ow = out.shape
-    cg = w.shape[1]
-    kh, kw = w.shape[2], w.shape[3]
-    mg = m // group
-    for n in range(n_batch):
-        for oc in range(m):
-            g = oc // mg
-            for oy in range(oh):
-                row = out[n, oc, oy]
-                for ci in range(cg):
-                    c = g * cg + ci
-                    for ky in range(kh):
-                        for kx in range(kw):
-                            wv = w[oc, ci, ky, kx]
-                            # a slice starting at the tap: the index below is provably >= 0, so
-                            # the loop compiles to vector FMAs (no negative-index wrap check)
-                            src = xp[n, c, oy * sh + ky * dh, kx * dw:]
-                            if sw == 1:
-                                for ox in range(ow):
-                                    row[ox] += wv * src[ox]
-                            else:
-                                step = src[::sw]
-                                for ox in range(ow):
-                                    row[ox] += wv * step[ox]
+    return _kernels_jit
 
 
 def conv2d_direct(xp: np.ndarray, w: np.ndarray, out: np.ndarray, strides: tuple[int, int],
                   dils: tuple[int, int], group: int) -> np.ndarray:
     """Add the grouped convolution of padded NCHW ``xp`` by (M, C/group, kh, kw) ``w`` into
     ``out`` (N, M, OH, OW; holding the bias or zeros). All three of one float dtype, C-contiguous."""
-    _conv2d_direct(xp, w, out, int(strides[0]), int(strides[1]), int(dils[0]), int(dils[1]), int(group))
+    _jit().conv2d_direct(xp, w, out, int(strides[0]), int(strides[1]), int(dils[0]), int(dils[1]), int(group))
     return out
-
-
-@njit(cache=True, nogil=True, inline="always", fastmath=_FAST)
-def _poly12(c, s):  # pragma: no cover - compiled
-    """Horner with constant indices (a loop over c would stop vectorization)."""
-    r = c[0] * s + c[1]
-    r = r * s + c[2]
-    r = r * s + c[3]
-    r = r * s + c[4]
-    r = r * s + c[5]
-    r = r * s + c[6]
-    r = r * s + c[7]
-    r = r * s + c[8]
-    r = r * s + c[9]
-    r = r * s + c[10]
-    r = r * s + c[11]
-    return r
-
-
-@njit(cache=True, nogil=True, inline="always", fastmath=_FAST)
-def _poly21(c, s):  # pragma: no cover - compiled
-    """Horner with constant indices (a loop over c would stop vectorization)."""
-    r = c[0] * s + c[1]
-    r = r * s + c[2]
-    r = r * s + c[3]
-    r = r * s + c[4]
-    r = r * s + c[5]
-    r = r * s + c[6]
-    r = r * s + c[7]
-    r = r * s + c[8]
-    r = r * s + c[9]
-    r = r * s + c[10]
-    r = r * s + c[11]
-    r = r * s + c[12]
-    r = r * s + c[13]
-    r = r * s + c[14]
-    r = r * s + c[15]
-    r = r * s + c[16]
-    r = r * s + c[17]
-    r = r * s + c[18]
-    r = r * s + c[19]
-    r = r * s + c[20]
-    return r
-
-
-@njit(cache=True, nogil=True, fastmath=_FAST)
-def _erf_flat(x, out, near, far, gelu):  # pragma: no cover - compiled
-    # erf: both polynomials for every element, then a select. The body must stay in this loop
-    # (a helper function, even inlined, measured 4x slower: the loop no longer vectorizes).
-    scale = 0.7071067811865476 if gelu else 1.0
-    for i in range(x.size):
-        w = np.float64(x[i])
-        v = w * scale
-        a = abs(v)
-        lo = _poly12(near, 2.0 * a * a - 1.0) * v
-        hi = _poly21(far, (min(a, 4.0) - 2.5) / 1.5)
-        hi = hi if v > 0.0 else -hi
-        e = lo if a < 1.0 else hi
-        e = e if a == a else v
-        out[i] = 0.5 * w * (1.0 + e) if gelu else e
-
-
-@njit(cache=True, nogil=True, fastmath=_FAST)
-def _hard_swish_flat(x, out):  # pragma: no cover - compiled
-    one = x.dtype.type(1.0)
-    zero = x.dtype.type(0.0)
-    sixth = x.dtype.type(1.0 / 6.0)
-    half = x.dtype.type(0.5)
-    for i in range(x.size):
-        v = x[i]
-        t = v * sixth + half
-        t = min(max(t, zero), one)
-        out[i] = v * t
 
 
 def _flat_pass(fn, x: np.ndarray, out: np.ndarray | None) -> np.ndarray:
@@ -167,7 +68,7 @@ def erf32_(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """
     if out is None:
         out = np.empty_like(x)
-    _erf_flat(x.reshape(-1), out.reshape(-1), ERF_NEAR, ERF_FAR, False)
+    _jit().erf_flat(x.reshape(-1), out.reshape(-1), ERF_NEAR, ERF_FAR, False)
     return out
 
 
@@ -176,11 +77,11 @@ def gelu32_(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     inside, so at least as close to the exact value as the op-by-op float32 chain)."""
     if out is None:
         out = np.empty_like(x)
-    _erf_flat(x.reshape(-1), out.reshape(-1), ERF_NEAR, ERF_FAR, True)
+    _jit().erf_flat(x.reshape(-1), out.reshape(-1), ERF_NEAR, ERF_FAR, True)
     return out
 
 
 def hard_swish_(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """x * clip(x / 6 + 1/2, 0, 1) in one pass; ``out`` may be ``x``."""
-    return _flat_pass(_hard_swish_flat, x, out)
+    return _flat_pass(_jit().hard_swish_flat, x, out)
 

@@ -116,9 +116,18 @@ def test_a_fresh_copy_compiles_its_kernels_and_caches_them_where_numba_cache_dir
     shutil.copytree(os.path.dirname(nodes.__file__), tmp_path / "src" / "nodes",
                     ignore=shutil.ignore_patterns("__pycache__"))
     cache = tmp_path / "cache"
-    code = ("import numpy as np; from nodes.kernels import erf32_; "
-            "assert abs(float(erf32_(np.array([0.5], np.float32))[0]) - 0.5204999) < 1e-6")
+    code = ("import numpy as np; from nodes.kernels import hard_swish_; "
+            "assert float(hard_swish_(np.array([1.5], np.float32))[0]) == 1.5 * (1.5 / 6 + 0.5)")
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "src"), "NUMBA_CACHE_DIR": str(cache)}
     subprocess.run([sys.executable, "-c", code], env=env, check=True, cwd=tmp_path, timeout=300)
     assert any(p.suffix == ".nbi" for p in cache.rglob("*")), "nothing was cached"
     assert not list((tmp_path / "src").rglob("*.nbi")), "the cache went into the source folder"
+
+
+def test_loading_a_model_does_not_import_numba():
+    """numba's import takes 1-2 s: a command that runs no compiled kernel (inspect, compile of a
+    graph without depthwise convs) must not pay it."""
+    code = ("import sys, engine; from tests.models import demo_model; "
+            "engine.load(demo_model('transformer_demo')); assert 'numba' not in sys.modules, 'numba imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), timeout=120)
