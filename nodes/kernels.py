@@ -85,3 +85,20 @@ def hard_swish_(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """x * clip(x / 6 + 1/2, 0, 1) in one pass; ``out`` may be ``x``."""
     return _flat_pass(_jit().hard_swish_flat, x, out)
 
+
+
+def warm_up() -> None:
+    """Compile (first process after an install) or load from numba's cache every kernel, for
+    float32 and float64, now instead of inside the first run that needs one.
+
+    A compile takes the interpreter for seconds (26 s measured for all kernels on a loaded
+    2-core machine; loading the cache ~1-3 s): a GUI calls this before its window shows, the
+    test suite before its first (timed) test, so neither a worker-thread analysis nor a timed
+    test pays it while the event loop must stay responsive.
+    """
+    for dt in (np.float32, np.float64):
+        xp = np.zeros((1, 2, 3, 3), dt)
+        conv2d_direct(xp, np.ones((2, 1, 3, 3), dt), np.zeros((1, 2, 1, 1), dt), (1, 1), (1, 1), 2)
+        hard_swish_(np.zeros(2, dt))
+    erf32_(np.zeros(2, np.float32))
+    gelu32_(np.zeros(2, np.float32))
