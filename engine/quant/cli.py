@@ -124,7 +124,8 @@ def cmd_quantize(args: argparse.Namespace, out: Out) -> int:
 
     check_quantizable(graph)
     config = QuantConfig(method=args.method, per_channel=args.per_channel, symmetric=args.symmetric,
-                         dtype=args.dtype, percentile=args.percentile)
+                         dtype=args.dtype, percentile=args.percentile, cle=args.cle,
+                         smoothquant=args.smoothquant, bias_correction=args.bias_correction)
     data = calib_from_args(args, graph)
     assert data is not None  # --calib is required
     if not args.no_optimize:
@@ -148,6 +149,12 @@ def cmd_quantize(args: argparse.Namespace, out: Out) -> int:
     worst = sorted(report["layers"], key=lambda r: r["sqnr_db"])[:5]
     if worst:
         out.line("worst layers: " + ", ".join(f"{r['node']} ({r['sqnr_db']:.1f} dB)" for r in worst))
+    if result.ptq is not None:
+        for st in result.ptq.steps:
+            held = f", held-out {st.heldout_db[1] - st.heldout_db[0]:+.2f} dB" if st.heldout_db else ""
+            state = "applied" if st.applied else "not applied"
+            out.line(f"ptq {st.algorithm}: {state}, {st.gain_db:+.2f} dB on calibration samples{held}"
+                     + (f" ({st.note})" if st.note and not st.applied else ""))
     out.line(f"wrote {args.output} ({len(result.model.node_precision)} layers quantized, {report['samples']} samples)")
     for d in result.diagnostics:
         if d.code == "low-sqnr":
@@ -171,7 +178,8 @@ def _mixed_precision(args: argparse.Namespace, graph: Graph, data: CalibrationSe
     if result.analysis is None:
         raise InputError("--target-sqnr/--target-cosine need the error analysis (--analysis-samples > 0)")
     ranking = [le.node for le in result.analysis.sensitivity()]
-    mp = auto_mixed_precision(graph, data, result.config, result.calibration, ranking,
+    base = result.float_build or graph  # what PTQ (CLE, bias correction ...) made of the graph
+    mp = auto_mixed_precision(base, data, result.config, result.calibration, ranking,
                               target_sqnr_db=args.target_sqnr, target_cosine=args.target_cosine,
                               precision=args.raise_to, latency_cost=cost)
     if cost is not None:
@@ -181,9 +189,10 @@ def _mixed_precision(args: argparse.Namespace, graph: Graph, data: CalibrationSe
         out.line(f"raised {st['node']} to {st['precision']}: output SQNR {st['output_sqnr_db']:.2f} dB{extra}")
     if not mp.reached:
         out.info(f"warning: target not reached after {len(mp.steps)} raise(s); output SQNR {mp.output_sqnr_db:.2f} dB")
-    final = quantize(graph, data, mp.config, analysis_samples=args.analysis_samples, calibration=result.calibration,
+    final = quantize(base, data, mp.config, analysis_samples=args.analysis_samples, calibration=result.calibration,
                      progress=progress)
     final.mixed_precision = mp
+    final.ptq = result.ptq
     return final
 
 
@@ -193,8 +202,15 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
     add_model_args(p)
     add_calib_args(p, required=True)
     p.add_argument("-o", "--output", required=True, metavar="OUT.onnx", help="where to write the QDQ model")
-    p.add_argument("--method", choices=("minmax", "percentile", "entropy", "mse"), default="minmax",
-                   help="how activation ranges are chosen from the calibration data")
+    p.add_argument("--method", choices=("auto", "minmax", "percentile", "entropy", "mse"), default="minmax",
+                   help="how activation ranges are chosen from the calibration data (auto: per tensor, "
+                        "by the error each range causes)")
+    for flag, what in (("--cle", "cross-layer equalization of Conv -> [ReLU] -> Conv chains"),
+                       ("--smoothquant", "SmoothQuant migration of LayerNorm -> MatMul activation outliers"),
+                       ("--bias-correction", "empirical bias correction of quantized Conv/Gemm")):
+        p.add_argument(flag, choices=("auto", "on", "off"), default="off",
+                       help=f"{what} (auto: kept where it raises the output SQNR on calibration and "
+                            "held-out samples; off by default)")
     p.add_argument("--per-channel", action="store_true", help="per-output-channel weight scales")
     p.add_argument("--symmetric", action="store_true", help="symmetric activations (zero point 0)")
     p.add_argument("--dtype", choices=("int8", "uint8", "int16"), default="int8", help="activation type")

@@ -113,7 +113,7 @@ def test_minimap_shows_no_empty_box_before_the_first_layout_and_the_graph_after(
     def check() -> bool:
         if minimap.isVisible() and minimap._bounds.isEmpty():
             seen_empty.append(True)
-        return win.scene is not None and not win.scene.is_populating and not minimap._timer.isActive() \
+        return win.scene is not None and not win.scene.is_populating and not minimap.building \
             and minimap._pixmap is not None
     wait_for(check, 60, "the first layout and minimap picture")
     assert not seen_empty
