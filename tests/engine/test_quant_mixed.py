@@ -91,7 +91,7 @@ def test_unreachable_target_keeps_the_best_model_and_warns_once(decoy, tmp_path)
     path, _, _ = decoy
     np.savez(tmp_path / "c.npz", x=_decoy_data())
     out, report = tmp_path / "q.onnx", tmp_path / "r.json"
-    rc, stdout, err = run_cli(["quantize", str(path), "--calib", str(tmp_path / "c.npz"), "-o", str(out), "--quiet",
+    rc, _, err = run_cli(["quantize", str(path), "--calib", str(tmp_path / "c.npz"), "-o", str(out), "--quiet",
                                "--no-optimize", "--target-sqnr", "100", "--raise-to", "int16", "--target",
                                "phone-npu", "--report", str(report)])
     assert rc == 0, err
