@@ -3,7 +3,7 @@
 ``export_tflite(result)`` gives the bytes of model.tflite for a compile whose target exports
 TFLite; ``read_summary(data)`` reads a file back with the ``tflite`` package's schema bindings
 (ops, tensor shapes, quantization), the same shape of document as ``TModel.summary()`` writes
-into plan.json, so the two can be compared.
+into plan.json, so the two can be compared (``summary_differences``).
 """
 
 from __future__ import annotations
@@ -71,3 +71,35 @@ def read_summary(data: bytes) -> dict[str, Any]:
                     "outputs": [tj(int(i)) for i in op.OutputsAsNumpy()]})
     return {"ops": ops, "inputs": [tj(int(i)) for i in sg.InputsAsNumpy()],
             "outputs": [tj(int(i)) for i in sg.OutputsAsNumpy()]}
+
+
+def summary_differences(written: dict[str, Any], read_back: dict[str, Any]) -> list[str]:
+    """Where a file read back (``read_summary``) differs from what plan.json says was written
+    (``TModel.summary()``): op order, each tensor's shape, dtype and quantization (scales to
+    float32 precision). Empty when they agree."""
+    diffs: list[str] = []
+    ops_w, ops_r = [o["op"] for o in written["ops"]], [o["op"] for o in read_back["ops"]]
+    if ops_w != ops_r:
+        return [f"ops differ: plan.json {len(ops_w)} ops, file {len(ops_r)} ops"]
+    for k, (a, b) in enumerate(zip(written["ops"], read_back["ops"])):
+        ta_all, tb_all = a["inputs"] + a["outputs"], b["inputs"] + b["outputs"]
+        if len(ta_all) != len(tb_all):
+            diffs.append(f"op {k} {a['op']}: {len(ta_all)} tensors in plan.json, {len(tb_all)} in the file")
+            continue
+        for ta, tb in zip(ta_all, tb_all):
+            if (ta is None) != (tb is None):
+                diffs.append(f"op {k} {a['op']}: an optional input is present in only one of them")
+                continue
+            if ta is None:
+                continue
+            where = f"op {k} {a['op']} tensor {ta['name']!r}"
+            if list(ta["shape"]) != list(tb["shape"]) or ta["dtype"] != tb["dtype"]:
+                diffs.append(f"{where}: {ta['dtype']}{ta['shape']} written, {tb['dtype']}{tb['shape']} read")
+            qa, qb = ta["quant"], tb["quant"]
+            if (qa is None) != (qb is None):
+                diffs.append(f"{where}: quantized in only one of them")
+            elif qa is not None and (qa["zero_point"] != qb["zero_point"]
+                                     or qa["quantized_dimension"] != qb["quantized_dimension"]
+                                     or not np.allclose(qa["scale"], qb["scale"], rtol=1e-7, atol=0)):
+                diffs.append(f"{where}: quantization differs")
+    return diffs

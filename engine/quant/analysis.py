@@ -9,7 +9,7 @@ SQNR = 10 log10(sum(ref^2) / sum((ref - q)^2)) in dB; cosine = <ref, q> / (|ref|
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -116,14 +116,10 @@ def _visible_output(qm: QuantizedModel, name: str, names: set[str] | None = None
     return dq if dq in (names if names is not None else qm.graph.values) else name
 
 
-def _isolated_output(qm: QuantizedModel, fp_graph: Graph, node: Node, env: Mapping[str, np.ndarray]) -> np.ndarray:
-    """Run one node of the FP32 graph with only its own quantization applied."""
-    from nodes import registry
-    from nodes.spec import RunContext
-
+def isolated_args(qm: QuantizedModel, node: Node, env: Mapping[str, np.ndarray]) -> list[np.ndarray | None]:
+    """The inputs of one node of the FP32 graph (values from ``env``) with only that node's own
+    quantization applied: its activations, weight and bias quantized as the QDQ model does."""
     node_name = node.name
-    spec = registry.get(node.op_type, node.domain)
-    assert spec is not None
     precision = qm.node_precision.get(node_name, "fp32")
     params = qm.node_params.get(node_name, {})
     q = quant_spec(node)
@@ -145,10 +141,26 @@ def _isolated_output(qm: QuantizedModel, fp_graph: Graph, node: Node, env: Mappi
             bqp = qm.biases[v.name]
             x = dequantize_array(quantize_array(x, bqp), bqp)
         args.append(x)
-    res = spec.reference(RunContext(node, spec.resolve_attrs(node), fp_graph.opset(spec.domain)), *args)
+    return args
+
+
+def run_node(graph: Graph, node: Node, args: Sequence[np.ndarray | None], activation: bool = True) -> np.ndarray:
+    """The first output of ``node`` computed from ``args`` with the registry's reference kernel,
+    its fused activation applied unless ``activation`` is False."""
+    from nodes import registry
+    from nodes.spec import RunContext
+
+    spec = registry.get(node.op_type, node.domain)
+    assert spec is not None
+    res = spec.reference(RunContext(node, spec.resolve_attrs(node), graph.opset(spec.domain)), *args)
     out = res if isinstance(res, np.ndarray) else np.asarray(next(iter(res)))
-    if node.activation:
-        out = run_activation(node, out, fp_graph.opset(""))
+    return run_activation(node, out, graph.opset("")) if node.activation and activation else out
+
+
+def _isolated_output(qm: QuantizedModel, fp_graph: Graph, node: Node, env: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Run one node of the FP32 graph with only its own quantization applied."""
+    precision = qm.node_precision.get(node.name, "fp32")
+    out = run_node(fp_graph, node, isolated_args(qm, node, env))
     name = node.outputs[0].name  # type: ignore[union-attr]
     if name in qm.activations and precision not in FLOAT_PRECISIONS:
         out = fake_quantize(out, qm.activations[name])

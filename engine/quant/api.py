@@ -12,6 +12,7 @@ from engine.quant.calibrate import Calibration, calibrate
 from engine.quant.config import QuantConfig
 from engine.quant.data import CalibrationSet
 from engine.quant.mixed import MixedPrecisionResult
+from engine.quant.ptq import Prepared, prepare, wants_pipeline
 from engine.quant.qdq import QuantizedModel, build_qdq
 
 Progress = Callable[[str, int, int], None]
@@ -54,6 +55,20 @@ class QuantResult:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     mixed_precision: MixedPrecisionResult | None = None
     """The search that chose the precisions, when the model was quantized to a target SQNR."""
+    ptq: Prepared | None = None
+    """The PTQ algorithms that ran (CLE, SmoothQuant, range choice, bias correction), if any."""
+    seconds: float = 0.0
+
+    @property
+    def reference(self) -> Graph | None:
+        """The float graph the QDQ model approximates when PTQ rescaled it (CLE/SmoothQuant), else
+        None (the input graph)."""
+        return self.ptq.reference if self.ptq is not None else None
+
+    @property
+    def float_build(self) -> Graph | None:
+        """The float graph that was quantized (the reference with corrected biases), if PTQ ran."""
+        return self.ptq.build if self.ptq is not None else None
 
     @property
     def graph(self) -> Graph:
@@ -76,7 +91,10 @@ class QuantResult:
             "sensitivity": [le.node for le in self.analysis.sensitivity()] if self.analysis else [],
             "precision": dict(sorted(self.model.node_precision.items())),
             "diagnostics": [d.to_json() for d in self.diagnostics + self.model.diagnostics],
+            "seconds": round(self.seconds, 3),
         }
+        if self.ptq is not None:
+            doc["ptq"] = self.ptq.to_json()
         if self.mixed_precision is not None:
             doc["mixed_precision"] = self.mixed_precision.to_json()
         return doc
@@ -88,8 +106,12 @@ def quantize(graph: Graph, data: CalibrationSet, config: QuantConfig | None = No
     """Calibrate on ``data``, build the QDQ model and measure its error per layer.
 
     Pass a previous ``calibration`` to re-quantize with other settings without re-running the
-    samples (histogram statistics serve every method).
+    samples (histogram statistics serve every method). Without one, ``--method auto`` and the
+    PTQ algorithms the config switches on run first (engine.quant.ptq); the analysis then compares
+    with the float graph they produced, which computes what ``graph`` does.
     """
+    import time
+
     from engine.quant.verify import check_quantizable
 
     check_quantizable(graph)
@@ -98,8 +120,15 @@ def quantize(graph: Graph, data: CalibrationSet, config: QuantConfig | None = No
     def stage(name: str) -> Callable[[int, int], None] | None:
         return (lambda done, total: progress(name, done, total)) if progress else None
 
-    if calibration is None:
+    t0 = time.perf_counter()
+    prepared = None
+    ref = build = graph
+    if calibration is None and wants_pipeline(config):
+        prepared = prepare(graph, data, config, progress=progress, cancel=cancel)
+        ref, build, calibration, config = prepared.reference, prepared.build, prepared.calibration, prepared.config
+    elif calibration is None:
         calibration = calibrate(graph, data, config, progress=stage("calibrate"), cancel=cancel)
-    qm = build_qdq(graph, calibration, config)
-    result_analysis = analyze(graph, qm, data, analysis_samples, progress=stage("analyze")) if analysis_samples else None
-    return QuantResult(config, calibration, qm, result_analysis, low_sqnr_diagnostics(result_analysis, config))
+    qm = build_qdq(build, calibration, config)
+    result_analysis = analyze(ref, qm, data, analysis_samples, progress=stage("analyze")) if analysis_samples else None
+    return QuantResult(config, calibration, qm, result_analysis, low_sqnr_diagnostics(result_analysis, config),
+                       ptq=prepared, seconds=time.perf_counter() - t0)

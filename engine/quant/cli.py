@@ -124,7 +124,8 @@ def cmd_quantize(args: argparse.Namespace, out: Out) -> int:
 
     check_quantizable(graph)
     config = QuantConfig(method=args.method, per_channel=args.per_channel, symmetric=args.symmetric,
-                         dtype=args.dtype, percentile=args.percentile)
+                         dtype=args.dtype, percentile=args.percentile, cle=args.cle,
+                         smoothquant=args.smoothquant, bias_correction=args.bias_correction)
     data = calib_from_args(args, graph)
     assert data is not None  # --calib is required
     check_search_args(args, data)
@@ -151,6 +152,12 @@ def cmd_quantize(args: argparse.Namespace, out: Out) -> int:
     worst = sorted(report["layers"], key=lambda r: r["sqnr_db"])[:5]
     if worst:
         out.line("worst layers: " + ", ".join(f"{r['node']} ({r['sqnr_db']:.1f} dB)" for r in worst))
+    if result.ptq is not None:
+        for st in result.ptq.steps:
+            held = f", held-out {st.heldout_db[1] - st.heldout_db[0]:+.2f} dB" if st.heldout_db else ""
+            state = "applied" if st.applied else "not applied"
+            out.line(f"ptq {st.algorithm}: {state}, {st.gain_db:+.2f} dB on calibration samples{held}"
+                     + (f" ({st.note})" if st.note and not st.applied else ""))
     out.line(f"wrote {args.output} ({len(result.model.node_precision)} layers quantized, {report['samples']} samples)")
     missed = result.mixed_precision is not None and not result.mixed_precision.reached
     for d in result.diagnostics:
@@ -170,11 +177,13 @@ def _mixed_precision(args: argparse.Namespace, graph: Graph, data: CalibrationSe
         from engine.hw.target import resolve_target
 
         target = resolve_target(args.target)
+    base = result.float_build or graph  # what PTQ (CLE, bias correction ...) made of the graph
     choices = search_choices(target, args.raise_to)
     opts = SearchOptions(target_sqnr_db=args.target_sqnr, target_cosine=args.target_cosine, choices=choices,
                          time_budget_s=args.time_budget)
-    mp = search_mixed_precision(graph, data, result.config, result.calibration, target, opts,
-                                progress=lambda stage, done, total: progress(stage, done, total))
+    mp = search_mixed_precision(base, data, result.config, result.calibration, target, opts,
+                                progress=lambda stage, done, total: progress(stage, done, total),
+                                reference=result.reference)
     for st in mp.steps:
         extra = f", {st['latency_cost_us']:+.1f} us" if st["latency_cost_us"] is not None else ""
         out.line(f"raised {st['node']} ({st['kind']}, {len(st['nodes'])} op(s)) to {st['precision']}: "
@@ -182,9 +191,10 @@ def _mixed_precision(args: argparse.Namespace, graph: Graph, data: CalibrationSe
     warning = mp.warning()
     if warning is not None:
         out.info(f"warning: {warning}")
-    final = quantize(graph, data, mp.config, analysis_samples=args.analysis_samples, calibration=result.calibration,
+    final = quantize(base, data, mp.config, analysis_samples=args.analysis_samples, calibration=result.calibration,
                      progress=progress)
     final.mixed_precision = mp
+    final.ptq = result.ptq
     return final
 
 
@@ -210,8 +220,15 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
     add_model_args(p)
     add_calib_args(p, required=True)
     p.add_argument("-o", "--output", required=True, metavar="OUT.onnx", help="where to write the QDQ model")
-    p.add_argument("--method", choices=("minmax", "percentile", "entropy", "mse"), default="minmax",
-                   help="how activation ranges are chosen from the calibration data")
+    p.add_argument("--method", choices=("auto", "minmax", "percentile", "entropy", "mse"), default="minmax",
+                   help="how activation ranges are chosen from the calibration data (auto: per tensor, "
+                        "by the error each range causes)")
+    for flag, what in (("--cle", "cross-layer equalization of Conv -> [ReLU] -> Conv chains"),
+                       ("--smoothquant", "SmoothQuant migration of LayerNorm -> MatMul activation outliers"),
+                       ("--bias-correction", "empirical bias correction of quantized Conv/Gemm")):
+        p.add_argument(flag, choices=("auto", "on", "off"), default="off",
+                       help=f"{what} (auto: kept where it raises the output SQNR on calibration and "
+                            "held-out samples; off by default)")
     p.add_argument("--per-channel", action="store_true", help="per-output-channel weight scales")
     p.add_argument("--symmetric", action="store_true", help="symmetric activations (zero point 0)")
     p.add_argument("--dtype", choices=("int8", "uint8", "int16"), default="int8", help="activation type")

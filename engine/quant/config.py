@@ -24,6 +24,10 @@ def quant_spec(node: Any) -> QuantSpec | None:
 TFLITE_ONLY_OPS = frozenset({"Pow"})
 """Ops quantized only when the target exports TFLite (which has their int8 forms: Pow by 2 and
 -0.5 are MUL and RSQRT); other NPUs keep them float."""
+CONFIG_METHODS = (*METHODS, "auto")
+"""Range methods a config names: the observers' own, and "auto" (one per tensor, by its error)."""
+PTQ_MODES = ("auto", "on", "off")
+
 QUANTIZABLE_OPS = frozenset(s.op_type for s in registry.all_specs()
                             if s.quant is not None and not s.domain) - TFLITE_ONLY_OPS
 
@@ -38,6 +42,10 @@ class QuantConfig:
     ``method_overrides`` picks another calibration method for single tensors by name.
     ``tflite`` follows the TFLite int8 spec (engine/quant/tflite_spec.py): per-channel symmetric
     weights, quantized model outputs and constant operands, the parameters LiteRT requires.
+    ``method="auto"`` picks each tensor's range method by the error it causes downstream
+    (engine/quant/autorange.py). ``cle``, ``smoothquant`` and ``bias_correction`` switch the PTQ
+    algorithms of engine/quant/ptq.py: "auto" keeps one only where it raises the output SQNR on
+    the calibration samples, "on" always applies it, "off" never.
     ``reduce_range`` stores 8-bit weights in 7 bits ([-64, 63]): x86 CPUs without VNNI add pairs of
     u8*s8 products in saturating int16 (VPMADDUBSW), so onnxruntime's integer kernels clip where an
     NPU's int32 accumulators would not; 7-bit weights keep those sums in range.
@@ -54,10 +62,17 @@ class QuantConfig:
     precision: dict[str, str] = field(default_factory=dict)
     method_overrides: dict[str, str] = field(default_factory=dict)
     ops: frozenset[str] = QUANTIZABLE_OPS
+    cle: str = "off"
+    smoothquant: str = "off"
+    bias_correction: str = "off"
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise InputError(f"--method must be one of {', '.join(METHODS)}, got {self.method!r}")
+        if self.method not in CONFIG_METHODS:
+            raise InputError(f"--method must be one of {', '.join(CONFIG_METHODS)}, got {self.method!r}")
+        for flag, mode in (("--cle", self.cle), ("--smoothquant", self.smoothquant),
+                           ("--bias-correction", self.bias_correction)):
+            if mode not in PTQ_MODES:
+                raise InputError(f"{flag} must be one of {', '.join(PTQ_MODES)}, got {mode!r}")
         if self.dtype not in ("int8", "uint8", "int16"):
             raise InputError(f"--dtype must be int8, uint8 or int16, got {self.dtype!r}")
         for node, p in self.precision.items():
@@ -88,4 +103,5 @@ class QuantConfig:
                 "dtype": self.dtype, "weight_dtype": self.weight_dtype, "percentile": self.percentile,
                 "reduce_range": self.reduce_range, **({"tflite": True} if self.tflite else {}),
                 "precision": dict(sorted(self.precision.items())),
-                "method_overrides": dict(sorted(self.method_overrides.items()))}
+                "method_overrides": dict(sorted(self.method_overrides.items())),
+                "cle": self.cle, "smoothquant": self.smoothquant, "bias_correction": self.bias_correction}

@@ -143,9 +143,19 @@ class HistogramObserver(Observer):
         return self._clip(self.threshold(nlevels))
 
     def range_for(self, method: str, nlevels: int = 256, percentile: float = 99.99) -> tuple[float, float]:
-        """The range another method would pick from the same histogram (no recalibration)."""
+        """The range another method would pick from the same histogram (no recalibration); each
+        answer is kept until the next update (a search asks for the same ranges many times)."""
         if self.count == 0:
             return 0.0, 0.0
+        key = (method, nlevels, percentile, self.count, self.amax)
+        cache = self.__dict__.setdefault("_ranges", {})
+        if key not in cache:
+            if len(cache) > 16:
+                cache.clear()
+            cache[key] = self._range_for(method, nlevels, percentile)
+        return cache[key]
+
+    def _range_for(self, method: str, nlevels: int, percentile: float) -> tuple[float, float]:
         if method == "minmax":
             return self.min, self.max
         if method == "percentile":

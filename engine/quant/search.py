@@ -117,13 +117,14 @@ class Quality:
 class Evaluator:
     """Measures configurations on fixed samples (FP32 references computed once, results cached)."""
 
-    def __init__(self, graph: Graph, calibration: Calibration, samples: list[Mapping[str, np.ndarray]]) -> None:
+    def __init__(self, graph: Graph, calibration: Calibration, samples: list[Mapping[str, np.ndarray]],
+                 reference: Graph | None = None) -> None:
         from engine import executor_for
         from engine.sim.feeds import check_feeds
 
         self.graph, self.calibration = graph, calibration
         self.feeds = [check_feeds(graph, s) for s in samples]
-        fp = executor_for(graph)
+        fp = executor_for(reference if reference is not None else graph)
         self.refs = [fp.run(f) for f in self.feeds]
         self.names = [v.name for v in graph.outputs]
         self.cache: dict[tuple, Quality] = {}
@@ -220,8 +221,12 @@ class _Unit:
 def search_mixed_precision(graph: Graph, data: CalibrationSet, config: QuantConfig, calibration: Calibration,
                            target=None, options: SearchOptions | None = None,
                            progress: Callable[[str, int, int], None] | None = None,
-                           clock: Callable[[], float] = time.monotonic) -> MixedPrecisionResult:
-    """Raise the fewest-microseconds set of groups that brings the held-out outputs to the target."""
+                           clock: Callable[[], float] = time.monotonic,
+                           reference: Graph | None = None) -> MixedPrecisionResult:
+    """Raise the fewest-microseconds set of groups that brings the held-out outputs to the target.
+
+    ``graph`` is the float graph that gets quantized; ``reference`` the one whose outputs the
+    quantized model must match when they differ (PTQ bias correction), else ``graph`` itself."""
     opt = options or SearchOptions()
     if opt.target_sqnr_db is None and opt.target_cosine is None:
         raise ValueError("give a target output SQNR (dB) or cosine")
@@ -233,9 +238,10 @@ def search_mixed_precision(graph: Graph, data: CalibrationSet, config: QuantConf
     base_qm = build_qdq(graph, calibration, config)
     quantized = {n: p for n, p in base_qm.node_precision.items() if p not in ("fp32", "fp16", "bf16")}
     groups = find_groups(graph, quantized)
-    ev_s = Evaluator(graph, calibration, [data.sample(i) for i in s_idx])
-    ev_v = Evaluator(graph, calibration, [data.sample(i) for i in v_idx])
-    sens = Evaluator(graph, calibration, [data.sample(i) for i in s_idx[:max(1, opt.sensitivity_samples)]])
+    ev_s = Evaluator(graph, calibration, [data.sample(i) for i in s_idx], reference)
+    ev_v = Evaluator(graph, calibration, [data.sample(i) for i in v_idx], reference)
+    sens = Evaluator(graph, calibration, [data.sample(i) for i in s_idx[:max(1, opt.sensitivity_samples)]],
+                     reference)
     pricing = Pricing(graph, target, quantized)
 
     def ok(q: Quality) -> bool:

@@ -72,9 +72,17 @@ class TfliteSimulator:
         return multiply_by_quantized_multiplier(x, mult, shift, self.mode)
 
     def run(self, feeds: dict[str, np.ndarray],
-            hook: Callable[[TOp, np.ndarray], None] | None = None) -> dict[str, np.ndarray]:
-        """Outputs (int8, TFLite layout) for int8 ``feeds`` keyed by input tensor name."""
+            hook: Callable[[TOp, np.ndarray], None] | None = None,
+            given: dict[int, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """Outputs (int8, TFLite layout) for int8 ``feeds`` keyed by input tensor name.
+
+        ``given`` (tensor index -> value, TFLite layout) replaces what the ops before compute for
+        those tensors wherever an op reads them: each op then runs on another runtime's inputs,
+        so its output can be compared with that runtime's, op by op, without earlier differences
+        carried along.
+        """
         env: dict[int, np.ndarray] = {}
+        given = given or {}
         for i in self.m.inputs:
             t = self.m.tensors[i]
             env[i] = np.asarray(feeds[t.name]).astype(np.int8).reshape(t.shape)
@@ -82,7 +90,8 @@ class TfliteSimulator:
             fn = getattr(self, f"k_{op.opcode.lower()}", None)
             if fn is None:
                 raise NotImplementedError(f"TFLite simulation of {op.opcode} is not implemented")
-            args = [env[i] if i >= 0 and i in env else (self.m.tensors[i].data if i >= 0 else None)
+            args = [given[i].reshape(self.m.tensors[i].shape) if i in given
+                    else env[i] if i >= 0 and i in env else (self.m.tensors[i].data if i >= 0 else None)
                     for i in op.inputs]
             out = fn(op, *args)
             outs = out if isinstance(out, list) else [out]

@@ -6,7 +6,12 @@ Run: `python -m tests.bench.bench_quant`. Prints:
    of onnxruntime's quantize_static (QDQ, per-channel, same data; MinMax/Percentile/Entropy);
 3. MinMax calibration time with 128 samples, ours vs onnxruntime;
 4. peak memory of calibration (each in a fresh process: ru_maxrss above the post-load baseline)
-   for MinMax / Percentile / Entropy, ours and onnxruntime's.
+   for MinMax / Percentile / Entropy, ours and onnxruntime's;
+5. the PTQ algorithms (engine/quant/ptq.py) on held-out data (tests/bench/quant_data.py): PP-OCRv6
+   rec small on text crops and mobilenet_demo on photo crops, plain int8 minmax ("before") and the
+   CLI default (--method auto, CLE / SmoothQuant / bias correction where they help: "after"), each
+   with its quantize wall time and what each step bought, beside onnxruntime's quantize_static
+   best of MinMax/Percentile/Entropy on the same calibration data.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ fresh_blas_env()
 
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
+import onnx.version_converter  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 
 import engine  # noqa: E402
@@ -230,11 +236,66 @@ def speed_and_memory() -> None:
         pass
 
 
+PTQ_DEFAULT = {"method": "auto", "cle": "auto", "smoothquant": "auto", "bias_correction": "auto"}
+
+
+def _ptq_case(label: str, path: Path, ort_path: Path, data: CalibrationSet, held: np.ndarray) -> None:
+    name = engine.load(path).inputs[0].name
+    feeds = [{name: held[i]} for i in range(len(held))]
+    fp = _ort_session(str(path))
+    refs = np.concatenate([fp.run(None, f)[0] for f in feeds])
+    opt = optimize_for_quantization(engine.load(path))
+    sys.stdout.write(f"{label}: {len(data)} calibration samples, {len(held)} held-out, pooled output SQNR vs FP32\n")
+    for tag, extra in (("before (minmax, no PTQ)", {"method": "minmax"}), ("after (CLI default)", PTQ_DEFAULT)):
+        t = time.perf_counter()
+        r = quantize(opt, data, QuantConfig(per_channel=True, **extra), analysis_samples=0)
+        seconds = time.perf_counter() - t
+        sess = _ort_session(to_onnx(r.graph))
+        got = np.concatenate([sess.run(None, f)[0] for f in feeds])
+        sys.stdout.write(f"  ours {tag:24s} {_sqnr(refs, got):6.2f} dB  quantize {seconds:6.1f} s\n")
+        for st in r.ptq.steps if r.ptq else []:
+            held_gain = f"{st.heldout_db[1] - st.heldout_db[0]:+.2f}" if st.heldout_db else "  n/a"
+            sys.stdout.write(f"      {st.algorithm:16s} {'applied' if st.applied else 'skipped':8s} "
+                             f"calib {st.gain_db:+6.2f} dB  held-out {held_gain} dB  {st.seconds:6.1f} s\n")
+    cal_feeds = [data.sample(i) for i in range(len(data))]
+    best = {}
+    with tempfile.TemporaryDirectory() as d:
+        for method in ORT_METHODS:
+            out = Path(d) / f"{method}.onnx"
+            try:
+                _ort_quantize(ort_path, cal_feeds, method, out)
+            except Exception as exc:  # report and go on: this is a comparison, not our code
+                sys.stdout.write(f"  onnxruntime {method} failed: {type(exc).__name__}: {exc}\n")
+                continue
+            sess = _ort_session(str(out))
+            best[method] = _sqnr(refs, np.concatenate([sess.run(None, f)[0] for f in feeds]))
+    for m, v in best.items():
+        sys.stdout.write(f"  onnxruntime {m:10s} {v:6.2f} dB\n")
+
+
+def ptq_algorithms() -> None:
+    from engine.quant.data import load_calibration
+    from tests.bench import quant_data
+
+    with tempfile.TemporaryDirectory() as d:
+        rec = quant_data.rec_model(Path(d) / "rec.onnx")
+        # onnxruntime's per-channel QDQ needs opset >= 13 (the recognizer is opset 11)
+        rec13 = Path(d) / "rec13.onnx"
+        onnx.save(onnx.version_converter.convert_version(onnx.load(str(rec)), 13), str(rec13))
+        name = engine.load(rec).inputs[0].name
+        data = CalibrationSet.from_arrays("text crops", {name: quant_data.text_crops(32, 0)})
+        _ptq_case("PP-OCRv6 rec small 1x3x48x320", rec, rec13, data, quant_data.text_crops(16, 1))
+    mob = demo_model("mobilenet_demo")
+    data = load_calibration(ASSETS / "data" / "images", engine.load(mob))
+    _ptq_case("mobilenet_demo", mob, mob, data, quant_data.photo_crops(24, 1))
+
+
 def main() -> int:
     with one_blas_thread():
         t = time.perf_counter()
         digits_accuracy()
         mobilenet_quality()
+        ptq_algorithms()
     speed_and_memory()
     sys.stdout.write(f"(bench took {time.perf_counter() - t:.0f} s)\n")
     return 0
