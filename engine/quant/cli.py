@@ -245,7 +245,7 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--raise-to", choices=("auto", "int16", "fp16", "bf16", "fp32"), default="auto",
                    help="precision of raised layers (auto: int16, fp16 where the target has it, or float on the CPU, "
                         "whichever reaches the target for the fewest microseconds)")
-    p.add_argument("--time-budget", type=number(above=0, maximum=86400), default=150.0, metavar="S",
+    p.add_argument("--time-budget", type=number(above=0, maximum=86400), default=120.0, metavar="S",
                    help="seconds the mixed-precision search may take; then it keeps the best model found")
     p.add_argument("--target", metavar="T", help="hardware target pricing each raise in latency")
     p.add_argument("--quiet", action="store_true", help="no progress display")

@@ -54,7 +54,7 @@ class SearchOptions:
     target_sqnr_db: float | None = None
     target_cosine: float | None = None
     choices: tuple[str, ...] | None = None  # None: int16, fp16 where the target has it, fp32 (CPU)
-    time_budget_s: float = 150.0
+    time_budget_s: float = 120.0
     search_samples: int = 8
     verify_samples: int = 8
     sensitivity_samples: int = 2

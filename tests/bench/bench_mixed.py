@@ -14,6 +14,8 @@ our executor and with onnxruntime, and prints:
 from __future__ import annotations
 
 import json
+import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -68,6 +70,12 @@ def photos(n: int, seed: int, side: int = 320) -> np.ndarray:
     return np.stack(out)[:, None].astype(np.float32)
 
 
+def _child_cpu() -> float:
+    """CPU seconds (user + system) of the finished child processes so far."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def _sqnr(refs: list[np.ndarray], gots: list[np.ndarray]) -> float:
     r = np.concatenate([a.ravel() for a in refs]).astype(np.float64)
     g = np.concatenate([a.ravel() for a in gots]).astype(np.float64)
@@ -94,13 +102,13 @@ def case(label: str, model: Path, shape: tuple[int, ...], calib: np.ndarray, hel
         shape_arg = ["--shape", "x=" + ",".join(map(str, shape))]
         base = [sys.executable, "-m", "engine", "quantize", str(model), *shape_arg, "--calib", str(npz), "--quiet",
                 *extra]
-        t = time.perf_counter()
+        t, c = time.perf_counter(), _child_cpu()
         p8 = subprocess.run([*base, "-o", f"{d}/int8.onnx"], capture_output=True, text=True, cwd=ROOT)
-        t8 = time.perf_counter() - t
-        t = time.perf_counter()
+        t8, c8 = time.perf_counter() - t, _child_cpu() - c
+        t, c = time.perf_counter(), _child_cpu()
         pm = subprocess.run([*base, "-o", f"{d}/mixed.onnx", "--report", f"{d}/r.json", "--target-sqnr",
                              str(target_db), "--target", "phone-npu"], capture_output=True, text=True, cwd=ROOT)
-        tm = time.perf_counter() - t
+        tm, cm = time.perf_counter() - t, _child_cpu() - c
         if p8.returncode != 0 or pm.returncode != 0:
             sys.stdout.write(f"{label}: quantize failed:\n{p8.stderr[-800:]}{pm.stderr[-800:]}\n")
             return
@@ -124,9 +132,10 @@ def case(label: str, model: Path, shape: tuple[int, ...], calib: np.ndarray, hel
     sys.stdout.write(
         f"{label} ({len(calib)} calibration samples, {len(held)} held-out the search never saw):\n"
         f"  all-int8:  held-out SQNR {s8:6.2f} dB (onnxruntime runs it: {o8:6.2f} dB), simulated {l8:8.1f} us, "
-        f"quantize {t8:5.1f} s\n"
+        f"quantize {t8:5.1f} s wall ({c8:5.1f} s CPU)\n"
         f"  --target-sqnr {target_db:g}: held-out SQNR {sm:6.2f} dB (onnxruntime: {om:6.2f} dB), simulated "
-        f"{lm:8.1f} us = {lm / l8:.3f}x int8 (target <= 1.3x), quantize {tm:5.1f} s wall (target <= 180 s)\n"
+        f"{lm:8.1f} us = {lm / l8:.3f}x int8 (target <= 1.3x), quantize {tm:5.1f} s wall (target <= 180 s; "
+        f"{cm:5.1f} s CPU; load average {os.getloadavg()[0]:.1f})\n"
         f"  search: reached={mp['reached']} ({mp['stopped']}), its own held-out split {mp['output_sqnr_db']:.2f} dB, "
         f"{len(mp['raised'])} raise(s) {kinds}, {len(mp['pruned'])} pruned, {len(mp['refused'])} refused, "
         f"{mp['sensitivity_measured'][0]}/{mp['sensitivity_measured'][1]} groups measured\n")
