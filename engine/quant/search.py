@@ -238,10 +238,16 @@ def search_mixed_precision(graph: Graph, data: CalibrationSet, config: QuantConf
     base_qm = build_qdq(graph, calibration, config)
     quantized = {n: p for n, p in base_qm.node_precision.items() if p not in ("fp32", "fp16", "bf16")}
     groups = find_groups(graph, quantized)
-    ev_s = Evaluator(graph, calibration, [data.sample(i) for i in s_idx], reference)
-    ev_v = Evaluator(graph, calibration, [data.sample(i) for i in v_idx], reference)
     sens = Evaluator(graph, calibration, [data.sample(i) for i in s_idx[:max(1, opt.sensitivity_samples)]],
                      reference)
+    sens_base = sens.measure(config)
+    # as many samples per measurement as keep one under 1/40 of the budget (at least 2 each)
+    per_sample = sens.mean_seconds / len(sens.feeds)
+    most = max(2, int(opt.time_budget_s / 40 / max(per_sample, 1e-6)))
+    s_idx = [s_idx[round(float(x))] for x in np.linspace(0, len(s_idx) - 1, min(len(s_idx), most))]
+    v_idx = [v_idx[round(float(x))] for x in np.linspace(0, len(v_idx) - 1, min(len(v_idx), most))]
+    ev_s = Evaluator(graph, calibration, [data.sample(i) for i in s_idx], reference)
+    ev_v = Evaluator(graph, calibration, [data.sample(i) for i in v_idx], reference)
     pricing = Pricing(graph, target, quantized)
 
     def ok(q: Quality) -> bool:
@@ -272,7 +278,6 @@ def search_mixed_precision(graph: Graph, data: CalibrationSet, config: QuantConf
     result.samples = {"search": len(s_idx), "verify": len(v_idx), "sensitivity": len(sens.feeds)}
     result.tensors = [t.to_json() for t in tensors]
     # 2. sensitivity: each unit raised alone, worst-first, within its share of the budget
-    sens_base = sens.measure(config)
     first = choices[0]
     for k, u in enumerate(units):
         if result.reached or clock() - t0 > opt.sensitivity_share * opt.time_budget_s:
