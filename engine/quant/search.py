@@ -241,9 +241,9 @@ def search_mixed_precision(graph: Graph, data: CalibrationSet, config: QuantConf
     sens = Evaluator(graph, calibration, [data.sample(i) for i in s_idx[:max(1, opt.sensitivity_samples)]],
                      reference)
     sens_base = sens.measure(config)
-    # as many samples per measurement as keep one under 1/40 of the budget (at least 2 each)
+    # as many samples per measurement as keep one under 1/40 of the budget (at least 4 each)
     per_sample = sens.mean_seconds / len(sens.feeds)
-    most = max(2, int(opt.time_budget_s / 40 / max(per_sample, 1e-6)))
+    most = max(4, int(opt.time_budget_s / 40 / max(per_sample, 1e-6)))
     s_idx = [s_idx[round(float(x))] for x in np.linspace(0, len(s_idx) - 1, min(len(s_idx), most))]
     v_idx = [v_idx[round(float(x))] for x in np.linspace(0, len(v_idx) - 1, min(len(v_idx), most))]
     ev_s = Evaluator(graph, calibration, [data.sample(i) for i in s_idx], reference)
