@@ -25,7 +25,7 @@ from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QObject, QTimer, Signal
 
-from app import placement, quality
+from app import placement, quality, style
 from app.analysis_jobs import (
     AnalysisCache,
     AnalysisRequest,
@@ -157,7 +157,7 @@ class AnalysisController(QObject):
     def _on_graph_event(self, ev: GraphEvent) -> None:
         if self.doc is not None and len(self.doc.graph.nodes) > LIVE_NODE_LIMIT:
             if self.state != "idle" or "large graph" not in self.message:
-                self._set_state("idle", f"large graph ({len(self.doc.graph.nodes)} nodes): edits are analysed on "
+                self._set_state("idle", f"large graph ({style.count(len(self.doc.graph.nodes), 'node')}): edits are analysed on "
                                         "request (Compile, or F5)")
             return
         if self._dirty_since is None:
@@ -267,11 +267,10 @@ class AnalysisController(QObject):
             if self.state != "failed":
                 self._set_state("idle", "choose a hardware target to compile for")
             return
-        from engine.ir.clone import clone_graph
-
         self._request_id += 1
         pins = {n.name: n.meta["pin"] for n in doc.graph.nodes if n.meta.get("pin") in placement.DEVICES}
-        req = AnalysisRequest(self._request_id, doc.graph.version, clone_graph(doc.graph), self.settings, target,
+        # The document's graph itself: the job copies it (clone_unchanged), not the GUI thread.
+        req = AnalysisRequest(self._request_id, doc.graph.version, doc.graph, self.settings, target,
                               pins, what_if_hardware=self.hardware is not None)
         task = Task(compile_job, req, self.cache, name="analysis")
         task.signals.progress.connect(self.progress)
@@ -491,7 +490,7 @@ class AnalysisController(QObject):
         if len(nodes) == 1:
             doc.push(SetPinCommand(doc, nodes[0], device))
         else:
-            doc.undo_stack.beginMacro(f"Pin {len(nodes)} nodes to {device.upper()}" if device else "Unpin nodes")
+            doc.undo_stack.beginMacro(f"Pin {style.count(len(nodes), 'node')} to {device.upper()}" if device else "Unpin nodes")
             for n in nodes:
                 doc.push(SetPinCommand(doc, n, device))
             doc.undo_stack.endMacro()

@@ -18,9 +18,9 @@ from typing import Any
 
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QDockWidget, QMainWindow, QMenu, QProgressBar, QToolButton
+from PySide6.QtWidgets import QDockWidget, QMainWindow, QMenu, QToolButton
 
-from app import runtime
+from app import runtime, style
 from app.analysis import AnalysisController
 from app.export import ExportController
 from app.panels.charts import ChartsPanel
@@ -29,6 +29,7 @@ from app.panels.precision_panel import PrecisionPanel
 from app.panels.quant_inspector import QuantInspectorPanel
 from app.panels.stages_panel import StagesPanel
 from app.panels.target_panel import TargetPanel
+from app.progress import ProgressStrip
 
 log = logging.getLogger(__name__)
 
@@ -176,11 +177,10 @@ class AnalysisDock(QObject):
             tools.addAction(act)
 
     def _build_status(self) -> None:
-        self.progress = QProgressBar()
+        self.progress = ProgressStrip()  # never a synchronous repaint (app/progress.py)
         self.progress.setRange(0, 1000)
         self.progress.setMaximumWidth(140)
         self.progress.setMaximumHeight(14)
-        self.progress.setTextVisible(False)
         self.progress.setToolTip("background analysis (compile, quantize, simulate)")
         self.cancel_button = QToolButton()
         self.cancel_button.setText("✕")
@@ -266,8 +266,8 @@ class AnalysisDock(QObject):
             from engine.export.artifacts import fused_groups
 
             comp = result.compile
-            summary = (f"live analysis: {len(comp.source.nodes)} → {len(comp.optimized.nodes)} nodes, "
-                       f"{result.sim.summary()['npu_ops']} ops on the NPU, {result.sim.summary()['cpu_ops']} on the CPU")
+            summary = (f"live analysis: {len(comp.source.nodes)} → {style.count(len(comp.optimized.nodes), 'node')}, "
+                       f"{style.count(result.sim.summary()['npu_ops'], 'op')} on the NPU, {result.sim.summary()['cpu_ops']} on the CPU")
             trace.show_trace([r.to_json() for r in comp.optimize_trace], fused_groups(comp), summary)
 
     def _on_comparison_changed(self, _comparison: Any) -> None:

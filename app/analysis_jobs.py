@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from app.workers import Cancelled, TaskControl
+from app.workers import Cancelled, TaskControl, clone_unchanged
 from engine.compiler import (
     INTEGER_PRECISIONS,
     CompileOptions,
@@ -126,7 +126,7 @@ class AnalysisRequest:
 
     request_id: int
     graph_version: int
-    graph: Graph
+    graph: Graph  # the document's (compile_job works on a copy of it at graph_version)
     settings: AnalysisSettings
     target: HardwareTarget
     source_pins: dict[str, str]
@@ -283,6 +283,7 @@ def compile_job(control: TaskControl, req: AnalysisRequest, cache: AnalysisCache
     (an undo, or a pin: only the simulation runs again)."""
 
     t0 = time.perf_counter()
+    req = dataclasses.replace(req, graph=clone_unchanged(req.graph, req.graph_version))
     problems = structural_problems(req.graph)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""

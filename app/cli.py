@@ -138,12 +138,15 @@ def screenshot(model: Path, dest: Path, target: str | None, shapes: dict, out: O
         analysis.wait_for_screenshot(timeout)
     app.processEvents()
     win.canvas.minimap.rebuild()
+    win.canvas.minimap.finish()
     win.frame_for_screenshot()
     app.processEvents()
     image = win.grab()
     if not image.save(str(dest), "PNG"):
         raise InputError(f"{dest}: cannot write the PNG")
-    out.line(f"wrote {dest} ({image.width()}x{image.height()}, {len(doc.graph)} nodes)")
+    from app import style
+
+    out.line(f"wrote {dest} ({image.width()}x{image.height()}, {style.count(len(doc.graph), 'node')})")
     win.doc.undo_stack.setClean()
     win.close()
     if analysis is not None:

@@ -15,6 +15,7 @@ from onnx import AttributeProto
 from PySide6.QtCore import QPointF
 from PySide6.QtGui import QUndoCommand
 
+from app import style
 from engine.ir.graph import Node, Value
 from nodes import registry
 from nodes.spec import REQUIRED
@@ -281,7 +282,7 @@ def delete_nodes(doc: Document, nodes: Iterable[Node]) -> None:
         return
     order = [n for n in _safe_order(doc) if id(n) in doomed]
     stack = doc.undo_stack
-    stack.beginMacro(f"Delete {len(order)} node{'s' if len(order) != 1 else ''}")
+    stack.beginMacro(f"Delete {style.count(len(order), 'node')}")
     try:
         for n in order:
             for v in n.outputs:
@@ -308,7 +309,7 @@ def delete_edges(doc: Document, edges: Iterable[tuple[Node, int]]) -> None:
     edges = [(n, i) for n, i in edges if n.input(i) is not None]
     if not edges:
         return
-    doc.undo_stack.beginMacro(f"Delete {len(edges)} edge{'s' if len(edges) != 1 else ''}")
+    doc.undo_stack.beginMacro(f"Delete {style.count(len(edges), 'edge')}")
     try:
         for n, i in edges:
             doc.push(SetInputCommand(doc, n, i, None))
@@ -367,7 +368,7 @@ def paste_nodes(doc: Document, clip: Sequence[ClipNode], at: QPointF) -> list[No
         return []
     stack = doc.undo_stack
     adds: list[AddNodeCommand] = []
-    stack.beginMacro(f"Paste {len(clip)} node{'s' if len(clip) != 1 else ''}")
+    stack.beginMacro(f"Paste {style.count(len(clip), 'node')}")
     try:
         for c in clip:
             consts = [i[1] if isinstance(i, tuple) and i[0] == "const" and i[1].graph is doc.graph else None

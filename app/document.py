@@ -22,7 +22,7 @@ from PySide6.QtGui import QUndoCommand, QUndoStack
 
 from app import placement
 from app.runtime import release_heap
-from app.workers import Task, TaskControl
+from app.workers import Task, TaskControl, clone_unchanged
 from engine import editing
 from engine import project as projects
 from engine.diagnostics import ERROR, Diagnostic
@@ -54,10 +54,25 @@ class EditAnalysis:
     statuses: dict[str, placement.NodeStatus]
 
 
-def _analysis_job(control: TaskControl, clone: Graph, base: dict[str, TensorType], reinfer: bool, target: Any,
-                  version: int) -> EditAnalysis:
-    """Re-verify and re-infer a clone of the document's graph, place it and derive the node
-    statuses: everything the canvas shows after an edit, computed off the GUI thread."""
+def _baseline_types(graph: Graph, baseline: dict[int, tuple[Any, TensorType]]) -> dict[str, TensorType]:
+    """The loader's types of the values still in ``graph`` (by name), read off the GUI thread."""
+    base: dict[str, TensorType] = {}
+    for n in tuple(graph._nodes.values()):
+        for v in n.outputs:
+            if v is not None:
+                entry = baseline.get(id(v))
+                if entry is not None and entry[0] is v:
+                    base[v.name] = entry[1]
+    return base
+
+
+def _analysis_job(control: TaskControl, graph: Graph, baseline: dict[int, tuple[Any, TensorType]], reinfer: bool,
+                  target: Any, version: int) -> EditAnalysis:
+    """Re-verify and re-infer a clone of the document's graph (at ``version``), place it and derive
+    the node statuses: everything the canvas shows after an edit, computed off the GUI thread."""
+    control.progress(0.05, "copying the graph")
+    base = clone_unchanged(graph, version, lambda g: _baseline_types(g, baseline)) if reinfer else {}
+    clone = clone_unchanged(graph, version)
     control.progress(0.1, "checking the graph")
     types = None
     if reinfer:
@@ -285,20 +300,9 @@ class Document(QObject):
         self._analysis_timer.stop()
         if self._place_task is not None:
             self._place_task.cancel()
-        t0 = time.perf_counter()
-        from engine.ir.clone import clone_graph
-
         graph = self.graph
-        base: dict[str, TensorType] = {}
-        for n in graph.nodes:
-            for v in n.outputs:
-                if v is not None:
-                    entry = self._baseline.get(id(v))
-                    if entry is not None and entry[0] is v:
-                        base[v.name] = entry[1]
-        target = self.target
-        task = Task(_analysis_job, clone_graph(graph), base, reinfer, target, graph.version, name="analysis")
-        log.debug("analysis of %d nodes: %.1f ms on the GUI thread", len(graph), 1000 * (time.perf_counter() - t0))
+        # The worker copies the graph (clone_unchanged): nothing proportional to its size runs here.
+        task = Task(_analysis_job, graph, self._baseline, reinfer, self.target, graph.version, name="analysis")
         task.signals.finished.connect(lambda result, t=task: self._on_analysis_done(t, result))
         task.signals.failed.connect(self.message)
         self._place_task = task.start()

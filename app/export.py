@@ -16,6 +16,7 @@ from typing import Any
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QFileDialog, QMessageBox, QProgressDialog, QWidget
 
+from app import style
 from app.help import open_local_file
 from app.workers import Task, TaskControl
 
@@ -161,6 +162,6 @@ class ExportController(QObject):
     def _ask_open_report(self, info: dict[str, Any]) -> bool:
         answer = QMessageBox.question(
             self.parent_widget, "Export compiled",
-            f"Wrote {len(info['files'])} files to {info['outdir']} (simulated latency "
+            f"Wrote {style.count(len(info['files']), 'file')} to {info['outdir']} (simulated latency "
             f"{info['latency_us'] / 1000:.3f} ms). Open the report?")
         return answer == QMessageBox.StandardButton.Yes

@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app import placement
+from app import placement, style
 from app.canvas.edge_item import edge_paths
 from app.canvas.layout import LayoutResult, layered_layout
 from app.canvas.snapshot import GraphSnapshot, take_snapshot
 from app.runtime import collections_paused, settle_heap
-from app.workers import TaskControl
+from app.workers import TaskControl, clone_unchanged
 from engine import project as projects
 from engine.diagnostics import Diagnostic
 from engine.ir.graph import Graph
@@ -101,12 +101,18 @@ class CompileOutcome:
     summary: str
 
 
-def optimize_and_place_job(control: TaskControl, graph: Graph, target: Any) -> CompileOutcome:
-    """Optimize a clone of the document's graph and place the result on ``target``."""
+def optimize_and_place_job(control: TaskControl, graph: Graph, version: int, target: Any) -> CompileOutcome:
+    """Optimize a clone of the document's graph (at ``version``) and place the result on ``target``."""
+    control.progress(0.02, "copying the graph")
+    graph = clone_unchanged(graph, version)
     control.progress(0.05, "optimizing")
     from engine.passes.pipeline import optimize
 
     res = optimize(graph, copy=False)
+    if target is not None:  # the lowerings compile runs for this target, so both place the same graph
+        from engine.passes.lower_npu import lower_for_target
+
+        lower_for_target(res.graph, target)
     control.check()
     control.progress(0.6, "placing")
     placed = placement.place_graph(res.graph, target) if target is not None else placement.PlacementOutcome()
@@ -115,8 +121,8 @@ def optimize_and_place_job(control: TaskControl, graph: Graph, target: Any) -> C
     cpu = sum(1 for d in placed.device.values() if d == "cpu")
     # These are ops of the optimized float graph placed on their own, not the analysis compile
     # (quantized, with inserted ops) whose CPU fallback the legend and panels count: say so.
-    where = (f"; its {npu + cpu} ops placed alone (float, before quantization): {npu} on the NPU, {cpu} on the CPU"
+    where = (f"; its {style.count(npu + cpu, 'op')} placed alone (float, before quantization): {npu} on the NPU, {cpu} on the CPU"
              if placed.available else "; choose a target to place it")
-    summary = f"{res.nodes_before} → {res.nodes_after} nodes, {len(res.fused())} fused{where}"
+    summary = f"{res.nodes_before} → {style.count(res.nodes_after, 'node')}, {len(res.fused())} fused{where}"
     return CompileOutcome(res.graph, [r.to_json() for r in res.trace], res.fused(), placed,
                           list(res.diagnostics) + placed.diagnostics, summary)

@@ -21,15 +21,14 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QMainWindow,
     QMessageBox,
-    QProgressBar,
     QToolBar,
     QVBoxLayout,
     QWidget,
 )
 
-from app import commands, jobs, placement, recent, runtime
+from app import commands, jobs, placement, recent, runtime, style
 from app.analysis_dock import install_analysis
-from app.canvas.minimap import LegendWidget, MinimapWidget
+from app.canvas.minimap import MARGIN, LegendWidget, MinimapWidget
 from app.canvas.node_item import IOItem, NodeItem
 from app.canvas.scene import GraphScene
 from app.canvas.snapshot import take_snapshot
@@ -41,6 +40,7 @@ from app.panels.inspector import InspectorPanel
 from app.panels.palette import PalettePanel
 from app.panels.pass_trace import PassTracePanel
 from app.panels.sweep_panel import install_sweep_panel
+from app.progress import ProgressStrip
 from app.runtime import settle_heap
 from app.shape_dialog import ShapeDialog, dynamic_inputs, remember, remembered
 from app.workers import Task
@@ -83,8 +83,9 @@ class _CanvasArea(QWidget):
 
     def place_overlays(self) -> None:
         vp = self.view.viewport().geometry()
+        self.legend.fit_width(vp.width() - 2 * MARGIN)
         self.legend.move(vp.left() + 10, vp.top() + 10)
-        self.minimap.move(vp.right() - self.minimap.width() - 10, vp.bottom() - self.minimap.height() - 10)
+        self.minimap.place()
 
 
 class MainWindow(QMainWindow):
@@ -128,10 +129,9 @@ class MainWindow(QMainWindow):
         self.tabifyDockWidget(self.inspector, self.pass_trace)
         self.inspector.raise_()
         self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.diagnostics)
-        self.progress = QProgressBar()
+        self.progress = ProgressStrip()  # a QProgressBar repaints the window synchronously (app/progress.py)
         self.progress.setMaximumWidth(220)
         self.progress.setRange(0, 1000)
-        self.progress.setTextVisible(False)  # with text, setValue repaints the window synchronously
         self.progress.hide()
         self.zoom_label = QLabel("")
         self.statusBar().addPermanentWidget(self.progress)
@@ -300,7 +300,7 @@ class MainWindow(QMainWindow):
         if not restored:
             self._add_recent(loaded.project_path or loaded.model_path)
         self.settings.setValue("paths/last_dir", str((loaded.project_path or loaded.model_path).parent))
-        self.statusBar().showMessage(f"opened {self.doc.title() if self.doc else ''}: {len(loaded.graph)} nodes "
+        self.statusBar().showMessage(f"opened {self.doc.title() if self.doc else ''}: {style.count(len(loaded.graph), 'node')} "
                                      f"(read {loaded.seconds.get('load', 0):.2f} s, layout {loaded.seconds.get('layout', 0):.2f} s)", 8000)
         self._shape_banner = bool(dynamic_inputs(loaded.graph)) and loaded.project is None
         self._show_banner()
@@ -507,7 +507,7 @@ class MainWindow(QMainWindow):
         nodes = self.scene.selected_nodes()
         self._clipboard = commands.copy_nodes(nodes, self.scene.node_positions())
         QApplication.clipboard().setText("\n".join(f"{n.op_type} {n.name}" for n in nodes))
-        self.statusBar().showMessage(f"copied {len(nodes)} node{'s' if len(nodes) != 1 else ''}", 4000)
+        self.statusBar().showMessage(f"copied {style.count(len(nodes), 'node')}", 4000)
 
     def paste(self) -> None:
         if self.scene is None or self.doc is None or self.scene.read_only or not self._clipboard:
@@ -603,13 +603,12 @@ class MainWindow(QMainWindow):
         doc = self.doc
         if doc is None:
             return None
-        from engine.ir.clone import clone_graph
-
         doc.flush()
-        task = Task(jobs.optimize_and_place_job, clone_graph(doc.graph), doc.target, name="compile")
+        task = Task(jobs.optimize_and_place_job, doc.graph, doc.graph.version, doc.target, name="compile")
         task.signals.progress.connect(self._show_progress)
         task.signals.finished.connect(self._on_compile_done)
         task.signals.failed.connect(self._on_task_failed)
+        task.signals.cancelled.connect(lambda: doc is self.doc and self.compile())  # edited while copied
         self._show_progress(0.0, "compiling")
         return task.start()
 

@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from app import style
 from engine.diagnostics import WARNING, Diagnostic
 from engine.ir.graph import Graph
 
@@ -53,9 +54,9 @@ class FallbackCount:
 
     def phrase(self) -> str:
         """E.g. "69 nodes (21 compiled ops)"; just the nodes when each node is its own op."""
-        text = f"{self.nodes} node{'s' if self.nodes != 1 else ''}"
+        text = style.count(self.nodes, "node")
         if self.ops != self.nodes:
-            text += f" ({self.ops} compiled op{'s' if self.ops != 1 else ''})"
+            text += f" ({style.count(self.ops, 'compiled op')})"
         return text
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from app import style
 from engine.diagnostics import Diagnostic
 
 LOW_SQNR = "low-sqnr"  # engine.quant.api.low_sqnr_diagnostics
@@ -41,5 +42,5 @@ def synthetic(result: Any) -> bool:
 def samples_phrase(result: Any, n: int) -> str:
     """ "8 calibration samples", or "8 synthetic random samples (no calibration set)"."""
     if synthetic(result):
-        return f"{n} synthetic random sample{'s' if n != 1 else ''} (no calibration set)"
-    return f"{n} calibration sample{'s' if n != 1 else ''}"
+        return f"{style.count(n, 'synthetic random sample')} (no calibration set)"
+    return style.count(n, "calibration sample")

@@ -20,6 +20,14 @@ PLACEMENT_COLORS: dict[str, tuple[QColor, QColor]] = {
 }
 PLACEMENT_LABELS = {"npu": "NPU", "cpu": "CPU fallback", "unplaced": "not placed"}
 
+
+
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` with ``noun`` agreeing ("1 error", "2 errors", "0 warnings"): the one place the
+    editor's text puts a number before a noun."""
+    return f"{n} {noun if n == 1 else (plural or noun + 's')}"
+
+
 CANVAS_BG = QColor("#f7f8fa")
 GRID = QColor("#eceef2")
 TEXT = QColor("#1f2430")

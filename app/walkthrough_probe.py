@@ -4,8 +4,12 @@ When ``NPU_STUDIO_WALKTHROUGH=/path/state.json`` is set, ``npu-studio gui`` inst
 that rewrites that file (atomically, every ``INTERVAL_MS``) with the window's title and
 geometry, the dock and toolbar rectangles, the palette's visible op rows, every node on the
 canvas (screen rectangle, port positions, device, pin), the undo stack, the last compile, the
-active modal dialog and the status-bar message, all in screen coordinates. tools/walkthrough.py
-moves the mouse by these figures and checks each step's effect in them, so it finds widgets
+active modal dialog and the status-bar message, all in screen coordinates, plus a readiness
+signal: ``busy`` (what the window is still doing: loading, laying out, drawing the scene,
+placing, compiling, drawing the charts) and ``still_ms`` (how long the canvas has not moved: no scroll, zoom or node
+rectangle change between writes). tools/walkthrough.py aims only when ``busy`` is empty and the
+canvas has held still, and
+then moves the mouse by these figures and checks each step's effect in them, so it finds widgets
 however the layout turns out and fails with a reason instead of clicking blind.
 The probe only reads: it never changes the window.
 """
@@ -15,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +55,36 @@ class WalkthroughProbe(QObject):
         self.timer.setInterval(INTERVAL_MS)
         self.timer.timeout.connect(self.write)
         self.timer.start()
+        self.seq = 0  # writes so far: a reader can wait for a state written after its action
+        self._moved_at = time.monotonic()
+        self._geometry: str | None = None
+        window.view.view_changed.connect(self._on_moved)
+
+    def _on_moved(self) -> None:
+        self._moved_at = time.monotonic()
+
+    def _busy(self) -> list[str]:
+        """What the window is still doing that can move or recolour the canvas."""
+        w = self.window
+        out = []
+        if getattr(w, "_task", None) is not None:
+            out.append("loading")
+        if getattr(w, "_view_task", None) is not None:
+            out.append("laying out")
+        scene = getattr(w, "scene", None)
+        if scene is not None and scene.is_populating:
+            out.append("drawing the scene")
+        doc = getattr(w, "doc", None)
+        if doc is not None and getattr(doc, "_place_task", None) is not None:
+            out.append("placing")
+        if doc is not None and (doc._analysis_timer.isActive() or doc._delayed_analysis.isActive()):
+            out.append("analysis due")
+        analysis = getattr(w, "analysis", None)
+        if analysis is not None and getattr(analysis.controller, "busy", False):
+            out.append("compiling")
+        if analysis is not None and getattr(analysis.charts, "is_updating", False):
+            out.append("drawing the charts")
+        return out
 
     def state(self) -> dict[str, Any]:
         w = self.window
@@ -60,8 +95,17 @@ class WalkthroughProbe(QObject):
         stack = doc.undo_stack if doc is not None else None
         compiled = getattr(w, "compiled", None)
         analysis = getattr(w, "analysis", None)
+        nodes = self._nodes()
+        geometry = json.dumps([(n["name"], n["rect"]) for n in nodes])
+        if geometry != self._geometry:
+            self._geometry = geometry
+            self._moved_at = time.monotonic()
+        self.seq += 1
         return {
             "pid": os.getpid(),
+            "seq": self.seq,
+            "busy": self._busy(),
+            "still_ms": int(1000 * (time.monotonic() - self._moved_at)),
             "title": w.windowTitle(),
             "window": _rect(w),
             "docks": self._docks(),
@@ -81,7 +125,7 @@ class WalkthroughProbe(QObject):
             },
             "undo": None if stack is None else {"index": stack.index(), "count": stack.count(),
                                                 "clean": stack.isClean(), "undo_text": stack.undoText()},
-            "nodes": self._nodes(),
+            "nodes": nodes,
             "cursor": [QCursor.pos().x(), QCursor.pos().y()],
             "under_cursor": self._under_cursor(),
             "wiring": getattr(getattr(w, "scene", None), "_drag", None) is not None,

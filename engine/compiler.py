@@ -91,12 +91,22 @@ def require_static(graph: Graph) -> None:
                                  f"fix it with --shape {v.name}=D0,D1,...")
 
 
-def optimize_graph(graph: Graph, disabled: tuple[str, ...] = ()) -> tuple[Graph, list, list[Diagnostic]]:
-    """Run the default optimization pipeline (the graph passed in is not modified)."""
+def optimize_graph(graph: Graph, disabled: tuple[str, ...] = (),
+                   target: Any = None) -> tuple[Graph, list, list[Diagnostic]]:
+    """Run the default optimization pipeline (the graph passed in is not modified), then, with a
+    ``target``, the lowerings its NPU wants before placement (engine/passes/lower_npu.py)."""
     from engine.passes.pipeline import optimize
 
     res = optimize(graph, disable=disabled)
-    return res.graph, res.trace, list(res.diagnostics)
+    trace, diags = list(res.trace), list(res.diagnostics)
+    if target is not None:
+        from engine.passes.lower_npu import lower_for_target
+
+        run = lower_for_target(res.graph, target, disabled)
+        trace += run.trace
+        diags += run.diagnostics
+        return run.graph, trace, diags
+    return res.graph, trace, diags
 
 
 def quant_config_for(quant: QuantConfig, target: Any) -> QuantConfig:
@@ -157,11 +167,7 @@ def compile_model(graph: Graph, target: Any, calibration: CalibrationSet | None 
     tflite = target.exports_tflite()
     disabled = tuple(options.disabled_passes)
     if tflite:
-        from engine.quant.tflite_spec import (
-            disabled_fusions,
-            divisions_to_multiplications,
-            sqrt_divisions_to_rsqrt,
-        )
+        from engine.quant.tflite_spec import disabled_fusions, sqrt_divisions_to_rsqrt
 
         disabled += tuple(d for d in disabled_fusions(options.allow_float_ops) if d not in disabled)
     step("optimize", 0, 1)
@@ -169,9 +175,14 @@ def compile_model(graph: Graph, target: Any, calibration: CalibrationSet | None 
     if tflite and sqrt_divisions_to_rsqrt(optimized):
         diags.append(Diagnostic(INFO, None, "sqrt-div-as-rsqrt", "division by a square root written as "
                                 "multiplication by a reciprocal square root (TFLite int8 RSQRT)"))
-    if tflite and divisions_to_multiplications(optimized):
-        diags.append(Diagnostic(INFO, None, "div-as-mul", "division by constants written as multiplication "
-                                "by their reciprocals (TFLite int8 has no DIV that the NPU runs)"))
+    from engine.passes.lower_npu import lower_for_target
+
+    # after the Sqrt rewrite, so a Div by a constant it leaves is lowered too (lower_div: TFLite
+    # targets always, since TFLite int8 has no DIV the NPU runs)
+    lowered = lower_for_target(optimized, target, disabled)
+    optimized = lowered.graph
+    trace += lowered.trace
+    diags += lowered.diagnostics
     step("optimize", 1, 1)
     result = CompileResult(graph, optimized, target, options, trace, diagnostics=diags)
 

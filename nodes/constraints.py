@@ -36,6 +36,15 @@ class OpConstraints:
     max_kernel: int | None = None
     max_stride: int | None = None
     max_dilation: int | None = None
+    max_stride_valid: int | None = None
+    max_kernel_padded: int | None = None
+    resize_factors: tuple[float, ...] = ()
+    max_weight_rank: int | None = None
+    max_matmul_dim: int | None = None
+    max_reduce_axis: int | None = None
+    max_reduce_elements: int | None = None
+    exponents: tuple[float, ...] = ()
+    lut: bool = False
     target: str = ""
 
     @property
@@ -52,5 +61,9 @@ class OpConstraints:
         """Format fields for rule docstrings (limits, names, joined dtype list)."""
         d = dataclasses.asdict(self)
         d["dtypes"] = ", ".join(self.dtypes)
+        d["exponents"] = ", ".join(f"{e:g}" for e in self.exponents) or "any"
+        d["resize_factors"] = ", ".join(f"{e:g}" for e in self.resize_factors) or "any"
+        d["stride_valid_note"] = (f" (up to {self.max_stride_valid} for an unpadded, undilated, ungrouped window)"
+                                  if self.max_stride_valid is not None else "")
         d["max_tensor_kib"] = f"{self.max_tensor_kib:g}" if self.max_tensor_kib is not None else "any"
         return d

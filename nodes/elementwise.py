@@ -14,6 +14,7 @@ import numpy as np
 
 from nodes._util import broadcast_infer, broadcast_shapes, same_as_input
 from nodes.registry import register, register_spec
+from nodes.rules import pow_exponent
 from nodes.spec import (
     ELEMENTWISE_QUANT,
     AttrSpec,
@@ -200,6 +201,7 @@ class PowSpec(OpSpec):
     # quantized only for TFLite targets (engine/quant/config.py: a decomposed LayerNorm's square
     # and reciprocal square root become int8 MUL and RSQRT); the exponent stays float
     quant = QuantSpec("elementwise", float_inputs=frozenset({1}))
+    rules = (pow_exponent,)
 
     def infer(self, ctx: NodeContext) -> list[TensorType]:
         """Broadcast shape, dtype of X."""

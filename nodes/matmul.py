@@ -7,6 +7,7 @@ import numpy as np
 
 from nodes._util import broadcast_shapes, prod, static_dims
 from nodes.registry import register
+from nodes.rules import MATMUL_RULES
 from nodes.spec import (
     AttrSpec,
     Gemm,
@@ -91,6 +92,7 @@ class MatMulSpec(OpSpec):
     doc = "Matrix product like numpy.matmul: 1-D operands are promoted and batch dims broadcast."
     inputs = (Port("A"), Port("B"))
     quant = QuantSpec("compute", weight_input=1, weight_axis=_matmul_weight_axis)
+    rules = MATMUL_RULES
 
     def gemm(self, ctx: NodeContext) -> list[Gemm] | None:
         """M x K x N with A's batch dims folded into M (shared weights) or one GEMM per batch."""

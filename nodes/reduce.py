@@ -15,6 +15,7 @@ import numpy as np
 
 from nodes._util import norm_axis
 from nodes.registry import register_spec
+from nodes.rules import REDUCE_RULES
 from nodes.shape_ops import axes_input, run_axes
 from nodes.spec import AttrSpec, FnSpec, NodeContext, Port, RunContext, Work
 from nodes.types import TensorType
@@ -111,6 +112,8 @@ class ReduceSpec(FnSpec):
     attrs = (AttrSpec("axes", "ints", None, "axes to reduce (attribute form, older opsets)"),
              AttrSpec("keepdims", "int", 1, "keep reduced axes as size 1"),
              AttrSpec("noop_with_empty_axes", "int", 0, "1: no axes means no reduction (input form)"))
+
+    rules = REDUCE_RULES
 
     def __init__(self, op_type: str, kernel: Kernel, axes_input_since: int, doc: str) -> None:
         """One Reduce* op; ``axes_input_since`` is the opset where axes became an input."""

@@ -15,6 +15,7 @@ import numpy as np
 
 from nodes._util import norm_axis
 from nodes.registry import register
+from nodes.rules import resize_factor_limit
 from nodes.spec import (
     REQUIRED,
     AttrSpec,
@@ -243,6 +244,7 @@ class ResizeSpec(OpSpec):
     """Resample a tensor with nearest, (multi-)linear or cubic interpolation."""
 
     quant = QuantSpec("elementwise", float_inputs=frozenset({1, 2, 3}))  # roi, scales, sizes
+    rules = (resize_factor_limit,)
 
     doc = "Resize by scales or to sizes (nearest/linear/cubic, every coordinate mode, antialias)."
     inputs = (Port("X"), Port("roi", optional=True, doc="crop box for tf_crop_and_resize (opset 11+)"),

@@ -35,6 +35,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SCREEN = (1280, 800)
+OFF_CANVAS = {"compiling", "drawing the charts"}  # busy, but not moving the canvas (the probe's names)
 NEEDED = {"Xvfb": "xvfb", "xdotool": "xdotool", "import": "imagemagick", "convert": "imagemagick"}
 
 
@@ -85,6 +86,7 @@ class Session:
 
     def __init__(self, out: Path, work: Path, timeout: float) -> None:
         self.out, self.work, self.timeout = out, work, timeout
+        self.compile_timeout = 600.0  # a wait that may include a background compile (PP-OCRv6 det at 320x320)
         self.state_file = work / "state.json"
         self.display = self._free_display()
         self.env = dict(os.environ, DISPLAY=f":{self.display}")
@@ -150,20 +152,41 @@ class Session:
 
         return self.wait(what, check, timeout)  # type: ignore[return-value]
 
-    def settle(self, seconds: float = 0.6) -> dict:
-        """Wait ``seconds``, then until the canvas stops moving (node rectangles unchanged over
-        eight reads, about 1.2 s: a large graph scrolls to a dropped node late); the fresh
-        state, to aim at."""
-        time.sleep(seconds)
-        self.wait_state("the analysis to finish", lambda s: s.get("analysis_state") != "running", 180)
-        seen: list = []
+    def settle(self, seconds: float = 0.0, still_ms: int = 400, compile_s: float = 0.0) -> dict:
+        """The editor's own readiness signal (app/walkthrough_probe.py): wait until it reports
+        nothing busy that moves the canvas (loading, laying out, drawing, placing) and a canvas
+        that has not moved for ``still_ms``, in a state written after this call; returns that
+        state, to aim at. A background compile does not move the canvas: it is waited for up to
+        ``compile_s`` (a screenshot with current charts), then not (PP-OCRv6 det at 320x320
+        compiles for minutes). ``seconds`` first lets an action's own events arrive."""
+        if seconds:
+            time.sleep(seconds)
+        after = self.state().get("seq", 0)
+        if compile_s:
+            with contextlib.suppress(StepFailed):
+                self.wait_state("the background compile", lambda s: s.get("seq", 0) > after
+                                and not set(s.get("busy", [])) & OFF_CANVAS, compile_s)
+        return self.wait_state("the editor to be idle with its canvas still",
+                               lambda s: s.get("seq", 0) > after
+                               and not [b for b in s.get("busy", ["?"]) if b not in OFF_CANVAS]
+                               and s.get("still_ms", 0) >= still_ms, self.compile_timeout)
 
-        def still():
-            s = self.state()
-            seen.append(json.dumps([(n["name"], n["rect"]) for n in s.get("nodes", [])]))
-            return s if len(seen) >= 8 and len(set(seen[-8:])) == 1 else None
-
-        return self.wait("the canvas to stop moving", still, 20)  # type: ignore[return-value]
+    def attempt(self, what: str, act, done, tries: int = 3, timeout: float = 10) -> dict:
+        """Aim at a settled canvas and ``act(state)``; wait for ``done(state)``. When the effect
+        does not come and the canvas moved meanwhile (a late scroll or relayout under the
+        mouse), aim again at the new positions, up to ``tries`` times."""
+        last: StepFailed | None = None
+        for _ in range(tries):
+            s = self.settle()
+            act(s)
+            try:
+                return self.wait_state(what, done, timeout)
+            except StepFailed as exc:
+                last = exc
+                now = self.state()
+                if now.get("still_ms", 0) > 1000 * timeout and not now.get("busy"):
+                    break  # the canvas held still all along: aiming again would not help
+        raise last or StepFailed(f"{what}: no attempt was made")
 
     # -- input -----------------------------------------------------------------------------------
     def xdo(self, *args: object) -> str:
@@ -257,6 +280,7 @@ def run(args: argparse.Namespace) -> int:
         small_dynamic_model(model)
     bundle = work / "bundle"
     ses = Session(out, work, args.timeout)
+    ses.compile_timeout = args.compile_timeout
     step = "start"
     try:
         ses.start_x()
@@ -269,8 +293,7 @@ def run(args: argparse.Namespace) -> int:
         wid = ses.wait("the window id", lambda: ses.xdo("search", "--name", "NPU Studio").split()[:1], 10)[0]
         ses.xdo("windowmove", wid, 0, 0)
         ses.xdo("windowsize", wid, *SCREEN)
-        ses.settle(1.0)
-        s = ses.state()
+        s = ses.wait_state("the shape dialog on screen", lambda s: s.get("modal") and s["modal"].get("edits"), 20)
         edit = next(iter(s["modal"]["edits"].values()))
         ses.click(*_center(edit["rect"]))
         ses.key("ctrl+a")
@@ -284,8 +307,9 @@ def run(args: argparse.Namespace) -> int:
         want = [int(d) for d in args.shape.split(",")]
         s = ses.wait_state("the model placed with the typed shape",
                            lambda s: not s.get("modal") and s.get("doc") and want in s["doc"]["inputs"].values()
-                           and s["nodes"] and all(n["device"] not in (None, "unplaced") for n in s["nodes"]), 180)
-        ses.settle(1.5)
+                           and s["nodes"] and all(n["device"] not in (None, "unplaced") for n in s["nodes"]),
+                           ses.compile_timeout)
+        s = ses.settle(compile_s=120)
         ses.screenshot("opened_placed")
         n_nodes = s["doc"]["nodes"]
 
@@ -293,7 +317,7 @@ def run(args: argparse.Namespace) -> int:
         ses.click(*_center(s["palette_search"]))
         ses.type(args.op)
         ses.wait_state(f"{args.op} in the palette", lambda s: args.op in s["palette"], 10)
-        s = ses.settle(0.2)
+        s = ses.settle()
         target = _empty_canvas_point(s)
         ses.drag(_center(s["palette"][args.op]), target, steps=16)
         s = ses.wait_state("one node more", lambda s: s.get("doc") and s["doc"]["nodes"] == n_nodes + 1, 20)
@@ -301,45 +325,43 @@ def run(args: argparse.Namespace) -> int:
         if not added:
             raise StepFailed(f"no unconnected {args.op} on the canvas after the drop")
         new = added[-1]["name"]
-        ses.settle()
+        ses.settle(0.3, compile_s=90)
         ses.screenshot("dragged_from_palette")
 
         step = "04 draw a wire from an output port to the new node's input"
         src_name = args.wire_from
-        s = ses.settle(0.2)
-        src = _node(s, src_name, on_screen=True)
-        ses.drag(tuple(src["outputs"][0]), tuple(_node(s, new)["inputs"][0]), steps=16)
-        s = ses.wait_state("the new node's input connected", lambda s: _node(s, new)["connected"][0], 15)
-        ses.settle()
+        ses.attempt("the new node's input connected",
+                    lambda s: ses.drag(tuple(_node(s, src_name, on_screen=True)["outputs"][0]),
+                                       tuple(_node(s, new, on_screen=True)["inputs"][0]), steps=16),
+                    lambda s: _node(s, new)["connected"][0])
+        ses.settle(0.3, compile_s=90)
         ses.screenshot("wire_drawn")
 
         step = "05 select a node and press Delete"
         victim = args.delete
-        s = ses.settle(0.2)
-        ses.click(*_center(_node(s, victim, on_screen=True)["rect"]))
-        ses.wait_state(f"{victim} selected", lambda s: _node(s, victim)["selected"], 10)
+        ses.attempt(f"{victim} selected", lambda s: ses.click(*_center(_node(s, victim, on_screen=True)["rect"])),
+                    lambda s: _node(s, victim)["selected"])
         ses.key("Delete")
         s = ses.wait_state(f"{victim} deleted", lambda s: all(n["name"] != victim for n in s["nodes"]), 15)
-        ses.settle(1.0)
+        ses.settle(0.3, compile_s=90)
         ses.screenshot("node_deleted")
 
         step = "06 undo (Ctrl+Z) brings it back"
         ses.key("ctrl+z")
         s = ses.wait_state(f"{victim} back", lambda s: any(n["name"] == victim for n in s["nodes"]), 15)
-        ses.settle(1.0)
+        ses.settle(0.3, compile_s=90)
         ses.screenshot("undo")
 
         step = "07 pin a node to the CPU from its context menu"
         pin = args.pin
-        s = ses.settle(0.2)
-        ses.click(*_center(_node(s, pin, on_screen=True)["rect"]), button=3)
-        ses.wait_state("the context menu", lambda s: s.get("popup"), 10)
-        ses.settle(0.3)
+        ses.attempt("the context menu", lambda s: ses.click(*_center(_node(s, pin, on_screen=True)["rect"]), button=3),
+                    lambda s: s.get("popup"))
+        time.sleep(0.3)  # the menu's fade-in (a popup is open: the canvas is not what changes now)
         ses.screenshot("context_menu")
         ses.key("Down", "Down", "Return")  # Pin to NPU, Pin to CPU, Unpin
         s = ses.wait_state(f"{pin} pinned to the CPU", lambda s: _node(s, pin)["pin"] == "cpu"
                            and _node(s, pin)["device"] == "cpu", 30)
-        ses.settle(1.5)
+        s = ses.settle(0.3, compile_s=90)
         ses.screenshot("pinned_to_cpu")
 
         step = "08 compile (Ctrl+B)"
@@ -347,24 +369,27 @@ def run(args: argparse.Namespace) -> int:
         ses.move(*_center(s["canvas"]))
         ses.key("ctrl+b")
         s = ses.wait_state("the compile's summary", lambda s: s.get("compiled")
-                           and s["compiled"]["summary"] != before, 180)
-        ses.settle(2.0)
+                           and s["compiled"]["summary"] != before, ses.compile_timeout)
+        ses.settle(0.3, compile_s=90)
         ses.screenshot("compiled")
 
         step = "09 export the compiled bundle (Ctrl+Shift+E)"
         ses.key("ctrl+shift+e")
-        s = ses.wait_state("the folder dialog", lambda s: s.get("modal") and "FileDialog" in s["modal"]["class"], 20)
-        ses.settle(0.8)
+        s = ses.wait_state("the folder dialog", lambda s: s.get("modal") and "FileDialog" in s["modal"]["class"]
+                           and s["modal"].get("edits"), 20)
+        time.sleep(0.5)  # the dialog maps and takes the keyboard focus
         ses.key("ctrl+a")
         ses.type(str(bundle))
-        ses.settle(0.3)
+        ses.wait_state("the folder typed", lambda s: s.get("modal") and str(bundle) in
+                       [e["text"] for e in s["modal"]["edits"].values()], 10)
         ses.screenshot("export_folder")
         ses.key("Return")
         s = ses.wait_state("the export's 'Open the report?' question",
-                           lambda s: s.get("modal") and "Open the report" in (s["modal"].get("text") or ""), 300)
+                           lambda s: s.get("modal") and "Open the report" in (s["modal"].get("text") or ""),
+                           ses.compile_timeout)
         if not (bundle / "manifest.json").is_file():
             raise StepFailed(f"the export said it was done but {bundle}/manifest.json is missing")
-        ses.settle(0.5)
+        time.sleep(0.3)
         ses.screenshot("exported")
         ses.key("Escape")
         ses.wait_state("the question closed", lambda s: not s.get("modal"), 10)
@@ -394,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pin", default="conv2", help="the node to pin to the CPU")
     p.add_argument("--out", default=str(ROOT / "assets" / "screenshots" / "walkthrough"))
     p.add_argument("--timeout", type=float, default=60.0, help="default seconds per wait")
+    p.add_argument("--compile-timeout", type=float, default=600.0,
+                   help="seconds for a wait that includes a compile (the editor's background analysis)")
     args = p.parse_args(argv)
     missing = sorted({pkg for tool, pkg in NEEDED.items() if shutil.which(tool) is None})
     if missing:

@@ -97,7 +97,7 @@ class GroupItem(QGraphicsItem):
         arrow = "▾" if self.expanded else "▸"
         ops = "+".join(op for op, _ in self.originals)
         painter.drawText(self.title_rect().adjusted(8, 0, -6, 0), Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
-                         f"{arrow} fused {len(self.originals)} ops: {ops}")
+                         f"{arrow} fused {style.count(len(self.originals), 'op')}: {ops}")
         if not self.expanded:
             return
         painter.setFont(_fonts()[1])

@@ -15,7 +15,7 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QGraphicsView, QMenu
 
-from app import commands
+from app import commands, style
 from app.canvas.edge_item import EdgeItem
 from app.canvas.node_item import NodeItem
 from app.canvas.scene import GraphScene
@@ -214,7 +214,7 @@ class GraphView(QGraphicsView):
                     act.triggered.connect(lambda _=False, d=dev: self._pin(nodes, d))
                     menu.addAction(act)
                 menu.addSeparator()
-                act = QAction(f"Delete {'node' if len(nodes) == 1 else f'{len(nodes)} nodes'}", menu)
+                act = QAction("Delete node" if len(nodes) == 1 else f"Delete {style.count(len(nodes), 'node')}", menu)
                 act.triggered.connect(lambda: commands.delete_nodes(doc, nodes))
                 menu.addAction(act)
         elif isinstance(item, EdgeItem) and isinstance(item.target, NodeItem) and not sc.read_only:
@@ -234,7 +234,7 @@ class GraphView(QGraphicsView):
         if len(todo) == 1:
             doc.push(commands.SetPinCommand(doc, todo[0], device))
             return
-        doc.undo_stack.beginMacro(f"Pin {len(todo)} nodes")
+        doc.undo_stack.beginMacro(f"Pin {style.count(len(todo), 'node')}")
         for n in todo:
             doc.push(commands.SetPinCommand(doc, n, device))
         doc.undo_stack.endMacro()

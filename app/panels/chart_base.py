@@ -26,6 +26,9 @@ GHOST = QColor("#9aa3b5")
 BACKGROUND = QColor("#ffffff")
 
 
+MAX_LABEL_SHARE = 0.8  # of a bar chart's width its labels may take (bars keep a fifth at least)
+
+
 def label_font() -> QFont:
     """The application's UI font at label size (pyqtgraph text items default to another)."""
     from PySide6.QtGui import QGuiApplication
@@ -92,6 +95,7 @@ class LabelsItem(pg.GraphicsObject):
         self.color = QColor(color)
         self.dx_px = dx_px
         self.font = label_font()
+        self.drawn: list[tuple[str, float, float]] = []  # (text as drawn, its right end, the plot's edge) in px
         xs = [x for x, _, _ in self.labels] or [0.0]
         ys = [y for _, y, _ in self.labels] or [0.0]
         self._bounds = QRectF(min(xs), min(ys) - 0.5, max(max(xs) - min(xs), 1e-9), max(ys) - min(ys) + 1.0)
@@ -107,10 +111,17 @@ class LabelsItem(pg.GraphicsObject):
         painter.setPen(QPen(self.color))
         fm = painter.fontMetrics()
         clip = painter.viewport()
+        vb = self.getViewBox()
+        right = tr.map(QPointF(vb.viewRange()[0][1], 0.0)).x() if vb is not None else float(clip.width())
+        self.drawn = []
         for x, y, text in self.labels:
             p = tr.map(QPointF(x, y))
             if -20 <= p.y() <= clip.height() + 20:
-                painter.drawText(QPointF(p.x() + self.dx_px, p.y() + fm.ascent() / 2 - 1), text)
+                left = p.x() + self.dx_px
+                if fm.horizontalAdvance(text) > right - left:  # a narrow chart: cut it, never past the edge
+                    text = fm.elidedText(text, Qt.TextElideMode.ElideRight, max(0, int(right - left)))
+                painter.drawText(QPointF(left, p.y() + fm.ascent() / 2 - 1), text)
+                self.drawn.append((text, left + fm.horizontalAdvance(text), right))
         painter.restore()
 
 
@@ -227,15 +238,21 @@ class RankedBarsChart(QWidget):
         self._draw_selection()
 
     def _fit_x(self, *_args) -> None:
-        """Leave room right of the longest bar for its label, whatever the chart's width."""
+        """Leave room right of every bar for its own label, whatever the chart's width (the
+        longest label beside the top bar was not enough: "476 µs · compute (was 32 µs on NPU)" on a
+        shorter bar ran past the edge of a narrow chart)."""
         pi = self.plot.getPlotItem()
         width_px = pi.vb.width()
-        fm = QFontMetricsF(label_font())
-        label_px = max((fm.horizontalAdvance(r.label) for r in self.rows if r.label), default=0.0) + 12
         if width_px <= 0:
             return
-        share = min(label_px / width_px, 0.6)
-        pi.setXRange(0, self._top / (1.0 - share), padding=0)
+        fm = QFontMetricsF(label_font())
+        right = self._top
+        for r in self.rows:
+            end = max(r.value, r.value2 or 0.0, r.ghost or 0.0)
+            if r.label and end > 0:
+                share = min((fm.horizontalAdvance(r.label) + 12) / width_px, MAX_LABEL_SHARE)
+                right = max(right, end / (1.0 - share))
+        pi.setXRange(0, right, padding=0)
 
     def row_names(self) -> list[str]:
         """Op names in display order."""

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import placement, quality
+from app import placement, quality, style
 from app.panels.chart_base import (
     CPU,
     NPU,
@@ -230,9 +230,9 @@ class ChartsPanel(QDockWidget):
         summ = sim.summary()
         rows = latency_rows(result, before)
         self.latency.set_rows(rows)
-        head = (f"<b>Per-op latency</b>: {len(rows)} ops, {fmt_us(sim.latency_us)} on "
+        head = (f"<b>Per-op latency</b>: {style.count(len(rows), 'op')}, {fmt_us(sim.latency_us)} on "
                 f"{result.compile.target.name}{' (modified)' if result.what_if_hardware else ''}"
-                f" · {summ['npu_ops']} NPU, {summ['cpu_ops']} CPU, {summ['transfers']} transfers")
+                f" · {summ['npu_ops']} NPU, {summ['cpu_ops']} CPU, {style.count(summ['transfers'], 'transfer')}")
         vela = getattr(result.compile, "vela", None)
         if vela is not None:
             head += f" · vela: {vela.total_cycles:,} cycles ({fmt_us(vela.latency_us)}), {vela.cpu_ops} CPU ops"
@@ -253,7 +253,7 @@ class ChartsPanel(QDockWidget):
         self.share_title.setText(f"<b>Time share</b> (busy time per lane; end to end with the host pipeline "
                                  f"{fmt_us(sim.end_to_end_us)})")
         self.timeline.set_events(sim.events, sim.latency_us, before.sim.latency_us if before is not None else None,
-                                 f"<b>Timeline</b>: {len(sim.ops)} ops on 3 lanes, done at {fmt_us(sim.latency_us)}; "
+                                 f"<b>Timeline</b>: {style.count(len(sim.ops), 'op')} on 3 lanes, done at {fmt_us(sim.latency_us)}; "
                                  "light blocks are dispatches and conversions, blue ones DMA transfers")
 
     def _draw_fallback(self) -> None:

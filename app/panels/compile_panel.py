@@ -23,7 +23,6 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QListWidget,
     QListWidgetItem,
-    QProgressBar,
     QPushButton,
     QScrollArea,
     QSpinBox,
@@ -33,6 +32,7 @@ from PySide6.QtWidgets import (
 )
 
 from app import placement
+from app.progress import ProgressStrip
 from engine.errors import InputError
 from engine.quant.data import ImagePreprocess
 from engine.quant.observers import METHODS
@@ -95,9 +95,8 @@ class CompilePanel(QDockWidget):
         self.state.setWordWrap(True)
         self.state.setFixedHeight(2 * self.state.fontMetrics().lineSpacing() + 4)  # no relayout per state
         lay.addWidget(self.state)
-        self.progress = QProgressBar()
+        self.progress = ProgressStrip(height=10)  # never a synchronous repaint (app/progress.py)
         self.progress.setRange(0, 1000)
-        self.progress.setTextVisible(False)  # with text, every setValue repaints the window synchronously
         self.progress.setMaximumHeight(10)
         lay.addWidget(self.progress)
         row = QHBoxLayout()

@@ -13,6 +13,7 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelInd
 from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import QDockWidget, QTreeView
 
+from app import style
 from app.placement import FallbackCount
 from engine.diagnostics import Diagnostic
 
@@ -91,7 +92,7 @@ class DiagnosticsPanel(QDockWidget):
             self.model.set_rows(rows)
         n_err = sum(1 for d in diagnostics if d.severity == "error")
         n_warn = sum(1 for d in diagnostics if d.severity == "warning")
-        title = f"Diagnostics ({n_err} errors, {n_warn} warnings)" if diagnostics else "Diagnostics"
+        title = f"Diagnostics ({style.count(n_err, 'error')}, {style.count(n_warn, 'warning')})" if diagnostics else "Diagnostics"
         if fallback is not None:
             title += f" · CPU fallback: {fallback.phrase()}"
         self.setWindowTitle(title)

@@ -239,7 +239,7 @@ class InspectorPanel(QDockWidget):
         assert self.doc is not None
         g = self.doc.graph
         values = [self.value] if self.value is not None else list(g.inputs)
-        form.addRow(QLabel(f"<b>{self.doc.title()}</b> — {len(g.nodes)} nodes"))
+        form.addRow(QLabel(f"<b>{self.doc.title()}</b> — {style.count(len(g.nodes), 'node')}"))
         for v in values:
             is_input = v.is_graph_input
             shape = QLineEdit(", ".join(str(d) if d is not None else "?" for d in (v.type.shape or ())))

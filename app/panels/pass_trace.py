@@ -16,6 +16,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app import style
+
 
 def _get(rec: Any, key: str, default: Any = None) -> Any:
     if isinstance(rec, Mapping):
@@ -65,7 +67,7 @@ class PassTracePanel(QDockWidget):
                 child = QTreeWidgetItem(top, [f"{_get(rec, 'node', '?')} ({_get(rec, 'op_type', '')})", "", origin])
                 child.setData(0, Qt.ItemDataRole.UserRole, _get(rec, "node", ""))
             self.tree.addTopLevelItem(top)
-        self.summary.setText(summary or f"{len(passes)} passes")
+        self.summary.setText(summary or style.count(len(passes), "pass", "passes"))
 
     def _on_item_activated(self, item: QTreeWidgetItem, column: int) -> None:
         name = item.data(0, Qt.ItemDataRole.UserRole)

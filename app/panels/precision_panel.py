@@ -164,7 +164,7 @@ class PrecisionPanel(QDockWidget):
         self.title.setText(
             f"<b>{len(found.candidates)} candidates at {found.precision}</b> (output SQNR now "
             f"{found.base_sqnr_db:.1f} dB). Click a point to raise that layer (Ctrl+Z undoes it)."
-            + (f"<br>Raised: {len(chosen)} layer(s), about +{fmt_us(cost)} per inference." if chosen else ""))
+            + (f"<br>Raised: {style.count(len(chosen), 'layer')}, about +{fmt_us(cost)} per inference." if chosen else ""))
 
     def _tip(self, x: float, y: float, data: Any) -> str:
         return f"{data}\n+{fmt_us(x)} latency, {y:+.2f} dB output SQNR"

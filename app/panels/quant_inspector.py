@@ -444,8 +444,8 @@ class QuantInspectorPanel(QDockWidget):
                 html += f" and {len(pv.moved) - 5} more"
         for what, items, bg in (("adds", pv.added, CPU_LIGHT), ("removes", pv.removed, NPU_LIGHT)):
             if items:
-                html += (f"<br><span style='background:{bg.name()}'>{what} {len(items)} transfer"
-                         f"{'s' if len(items) != 1 else ''}</span>: " +
+                html += (f"<br><span style='background:{bg.name()}'>{what} {style.count(len(items), 'transfer')}"
+                         "</span>: " +
                          ", ".join(f"{t[0]} {t[1].upper()}→{t[2].upper()} ({fmt_us(t[3])})" for t in items[:4]))
         if not pv.added and not pv.removed:
             html += "<br>No transfer is added or removed."

@@ -153,7 +153,7 @@ class SustainedView(QWidget):
         ti.setYRange(0, top * 1.15, padding=0)
         self.thermal_title.setText(
             f"<b>Thermal</b>: first run {fmt_us(th.first_run_us)} (cold start {fmt_us(th.cold_start_us)}), "
-            f"steady state {fmt_us(th.steady_state_us)} after {th.runs} runs "
+            f"steady state {fmt_us(th.steady_state_us)} after {style.count(th.runs, 'run')} "
             f"(clock {th.peak_clock_mhz:.0f} → {th.steady_clock_mhz:.0f} MHz, ×{th.slowdown:.2f})")
         si = self.stream.getPlotItem()
         si.clear()

@@ -137,7 +137,7 @@ class SweepPanel(QDockWidget):
         self._scatter.sigClicked.connect(self._on_points_clicked)
         pi.addItem(self._scatter)
         failed = sum(1 for r in self.rows if r.get("error"))
-        self.title.setText(f"<b>{len(rows)} points</b> from {self.path}" + (f", {failed} failed" if failed else "")
+        self.title.setText(f"<b>{style.count(len(rows), 'point')}</b> from {self.path}" + (f", {failed} failed" if failed else "")
                            + ". Click a point to apply its target and quantization (Ctrl+Z undoes it).")
         self.legend.setText("  ".join(f'<span style="color:{c.name()}">●</span> {lab}' for lab, c in colors.items()))
 

@@ -20,7 +20,7 @@ OP_VERSIONS = {
     "RELU": 2, "RELU6": 2, "RELU_N1_TO_1": 2, "LEAKY_RELU": 2, "SOFTMAX": 2, "QUANTIZE": 2,
     "DEQUANTIZE": 2, "STRIDED_SLICE": 2, "SPLIT": 2, "SPLIT_V": 2, "RESIZE_NEAREST_NEIGHBOR": 2,
     "RESIZE_BILINEAR": 2, "PRELU": 1, "TRANSPOSE_CONV": 3, "BATCH_MATMUL": 2, "GELU": 2, "SLICE": 2,
-    "SQUARED_DIFFERENCE": 1, "RSQRT": 1,
+    "SQUARED_DIFFERENCE": 1, "RSQRT": 1, "RELU_0_TO_1": 1,
 }
 """Operator versions LiteRT registers for the int8 forms we write (tensorflow/lite/tools/versioning)."""
 

@@ -252,8 +252,14 @@ class _Lowering(LoweringOps, SeqOps):
         """(input tensor, "SAME"|"VALID"): ONNX pads as TFLite padding, or an explicit PAD first."""
         pads = list(node.attrs.get("pads", [0, 0, 0, 0]))
         in_shape, out_shape = self.m.tensors[x].shape, self.m.tensors[y].shape
-        if node.attrs.get("auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET", "VALID", b"VALID"):
-            raise InputError(f"TFLite export: {node.name!r} uses auto_pad {node.attrs.get('auto_pad')!r}")
+        auto = node.attrs.get("auto_pad", "NOTSET")
+        auto = auto.decode() if isinstance(auto, bytes) else str(auto)
+        if auto == "SAME_UPPER":  # TFLite's SAME: the odd padding row/column at the end, as SAME_UPPER
+            return x, "SAME"
+        if auto == "VALID":
+            return x, "VALID"
+        if auto != "NOTSET":
+            raise InputError(f"TFLite export: {node.name!r} uses auto_pad {auto!r} (TFLite SAME pads at the end)")
         if not any(pads):
             return x, "VALID"
         same = []
@@ -366,20 +372,38 @@ class _Lowering(LoweringOps, SeqOps):
             lo = node.input(1).const if node.input(1) is not None else None  # type: ignore[union-attr]
             hi = node.input(2).const if node.input(2) is not None else None  # type: ignore[union-attr]
             bounds = (None if lo is None else float(lo), None if hi is None else float(hi))
-            code = {(0.0, 6.0): "RELU6", (-1.0, 1.0): "RELU_N1_TO_1", (0.0, None): "RELU"}.get(bounds)  # type: ignore[call-overload]
+            code = {(0.0, 6.0): "RELU6", (-1.0, 1.0): "RELU_N1_TO_1", (0.0, 1.0): "RELU_0_TO_1",  # type: ignore[call-overload]
+                    (0.0, None): "RELU"}.get(bounds)
             if code is None:
                 raise InputError(f"TFLite export: Clip {node.name!r} bounds {bounds} have no TFLite form")
             self.m.op(code, [x], [y], node.name)
         elif op == "Softmax":
-            rank = len(self.m.tensors[x].shape)
-            axis = int(node.attrs.get("axis", -1))
-            if axis not in (-1, rank - 1) or self.nhwc4(rank):
-                raise InputError(f"TFLite export: Softmax {node.name!r} over axis {axis} (TFLite: the last axis)")
-            self.m.op("SOFTMAX", [x], [y], node.name, beta=1.0)
+            self._softmax(node, x, y)
         elif op == "LeakyRelu":
             self.m.op("LEAKY_RELU", [x], [y], node.name, alpha=float(node.attrs.get("alpha", 0.01)))
         else:
             self.m.op(UNARY[op], [x], [y], node.name)
+
+    def _softmax(self, node: Node, x: int, y: int) -> None:
+        """SOFTMAX over the last stored axis: an NHWC map's channels are ONNX axis 1; another
+        axis of it is swapped to the end by a TRANSPOSE before and after."""
+        rank = len(self.m.tensors[x].shape)
+        raw = int(node.attrs.get("axis", -1))
+        axis = raw % rank if -rank <= raw < rank else raw
+        stored = AXIS_TO_NHWC[axis] if self.nhwc4(rank) and axis in AXIS_TO_NHWC else axis
+        if stored == rank - 1:
+            self.m.op("SOFTMAX", [x], [y], node.name, beta=1.0)
+            return
+        if not self.nhwc4(rank) or not 0 <= stored < rank:
+            raise InputError(f"TFLite export: Softmax {node.name!r} over axis {raw} (TFLite: the last axis)")
+        perm = list(range(rank))
+        perm[stored], perm[-1] = perm[-1], perm[stored]
+        t = self._transpose(node, x, tuple(perm), "softmax_axis_last")
+        ys = self.m.tensors[y]
+        s_out = self.m.add(TTensor(f"{ys.name}_axis_last", tuple(ys.shape[p] for p in perm), "int8",
+                                   ys.scale, ys.zero_point))
+        self.m.op("SOFTMAX", [t], [s_out], node.name, beta=1.0)
+        self._transpose(node, s_out, tuple(perm), "", out=y)
 
     def op_concat(self, node: Node) -> None:
         xs = [self.value(v, node) for v in node.inputs if v is not None]

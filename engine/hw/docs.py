@@ -52,7 +52,7 @@ def supported_ops_markdown(target: HardwareTarget) -> str:
         "",
     ]
     for fn in rules_mod.COMMON:
-        if fn is rules_mod.op_listed:
+        if fn is rules_mod.op_listed or not rules_mod.applies(fn, glob):
             continue
         lines.append(f"- {_line(rules_mod.message(fn, glob))}")
     lines += ["", f"## Ops that run on the NPU ({len(target.ops)})", "",
@@ -62,13 +62,15 @@ def supported_ops_markdown(target: HardwareTarget) -> str:
         oc = target.constraints_for(op)
         texts = []
         for fn in rules_mod.COMMON:
-            if fn is rules_mod.op_listed:
+            if fn is rules_mod.op_listed or not rules_mod.applies(fn, oc):
                 continue
             msg = rules_mod.message(fn, oc)
             if msg != rules_mod.message(fn, glob):
                 texts.append(msg)
         own = tuple(getattr(spec, "rules", ()) or ()) if spec is not None else ()
-        texts += [rules_mod.message(fn, oc) for fn in own if fn not in rules_mod.COMMON]
+        texts += [rules_mod.message(fn, oc) for fn in own if fn not in rules_mod.COMMON and rules_mod.applies(fn, oc)]
+        if oc.lut:
+            texts.append("Evaluated as a lookup table (LUT) of its int8 input.")
         family = spec.family if spec is not None else "?"
         lines.append(f"| {op} | {family} | {_line('<br>'.join(texts)) or '-'} |")
     lines += ["", "Every other op NPU Studio defines runs on the CPU, with the reason in the placement report.", ""]

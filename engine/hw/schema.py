@@ -38,7 +38,7 @@ class Field:
 
 
 _KIND_NAMES = {"int": "an integer", "number": "a number", "str": "a string", "bool": "true or false",
-               "str_list": "a list of strings", "map": "a mapping",
+               "str_list": "a list of strings", "number_list": "a list of numbers", "map": "a mapping",
                "mapping_or_list": "a mapping or a list"}
 
 
@@ -77,6 +77,8 @@ def check_value(value: Any, spec: Field, where: str, path: str) -> Any:
         ok = isinstance(value, bool)
     elif kind == "str_list":
         ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+    elif kind == "number_list":
+        ok = isinstance(value, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
     elif kind == "map":
         ok = isinstance(value, dict)
     if not ok:

@@ -51,6 +51,18 @@ CONSTRAINT_SCHEMA: dict[str, Field] = {
     "max_kernel": Field("int", "largest kernel height/width of window ops", required=False, minimum=1),
     "max_stride": Field("int", "largest stride of window ops", required=False, minimum=1),
     "max_dilation": Field("int", "largest dilation of window ops", required=False, minimum=1),
+    "max_stride_valid": Field("int", "largest stride of an unpadded, undilated, ungrouped window", required=False,
+                              minimum=1),
+    "max_kernel_padded": Field("int", "largest kernel height/width of a padded window", required=False, minimum=1),
+    "resize_factors": Field("number_list", "the scale factors Resize may have", required=False),
+    "max_weight_rank": Field("int", "largest activation rank of a MatMul by a constant weight (fully connected)",
+                             required=False, minimum=1),
+    "max_matmul_dim": Field("int", "largest reduced axis and output depth of a MatMul of two activations",
+                            required=False, minimum=1),
+    "max_reduce_axis": Field("int", "largest reduced axis of a reduction", required=False, minimum=1),
+    "max_reduce_elements": Field("int", "most elements one output of a reduction sums", required=False, minimum=1),
+    "exponents": Field("number_list", "the constant exponents Pow may have", required=False),
+    "lut": Field("bool", "the NPU evaluates the op as a lookup table (int8 unary functions)", required=False),
 }
 
 NPU_SCHEMA: dict[str, Any] = {
@@ -234,7 +246,14 @@ class HardwareTarget:
                 static_shapes=bool(merged.get("static_shapes", True)),
                 max_rank=merged.get("max_rank"), max_tensor_kib=merged.get("max_tensor_kib"),
                 max_kernel=merged.get("max_kernel"), max_stride=merged.get("max_stride"),
-                max_dilation=merged.get("max_dilation"), target=self.name)
+                max_dilation=merged.get("max_dilation"), max_stride_valid=merged.get("max_stride_valid"),
+                max_kernel_padded=merged.get("max_kernel_padded"),
+                resize_factors=tuple(float(e) for e in merged.get("resize_factors") or ()),
+                max_weight_rank=merged.get("max_weight_rank"),
+                max_matmul_dim=merged.get("max_matmul_dim"), max_reduce_axis=merged.get("max_reduce_axis"),
+                max_reduce_elements=merged.get("max_reduce_elements"),
+                exponents=tuple(float(e) for e in merged.get("exponents") or ()), lut=bool(merged.get("lut", False)),
+                target=self.name)
             self._cache[op_type] = c
         return c
 

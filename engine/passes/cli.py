@@ -51,8 +51,11 @@ def disabled_names(items: list[str] | None) -> tuple[str, ...]:
     unknown = [d for d in disable if d not in known_names()]
     if unknown:
         from engine.limits import short
+        from engine.passes.lower_npu import LOWERING_PASSES
 
-        raise UsageError(f"--disable {short(unknown[0])}: no such pass or rule (passes: {', '.join(pass_names())})")
+        names = ", ".join([*pass_names(), *LOWERING_PASSES])
+        raise UsageError(f"--disable {short(unknown[0])}: no such pass or rule (passes: {names}; "
+                         "the lower_* passes run in compile and simulate, for the target)")
     return disable
 
 

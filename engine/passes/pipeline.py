@@ -105,8 +105,10 @@ def pass_names() -> list[str]:
 
 
 def known_names() -> set[str]:
-    """Every pass and rule name that ``disable`` accepts."""
-    names: set[str] = set()
+    """Every pass and rule name that ``disable`` accepts (the target lowerings' too)."""
+    from engine.passes.lower_npu import lowering_names
+
+    names: set[str] = lowering_names()
     for make in _factories(OptimizeOptions()).values():
         names |= make().names()
     return names

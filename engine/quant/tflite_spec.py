@@ -109,30 +109,6 @@ def const_operand_params(array: np.ndarray) -> QuantParams:
                              "int8", False)
 
 
-def divisions_to_multiplications(graph: Graph) -> int:
-    """Rewrite Div(x, constant) as Mul(x, 1/constant) in place (TFLite has no int8 DIV that
-    vela runs); returns how many were rewritten."""
-    count = 0
-    for node in list(graph.toposort()):
-        if node.op_type != "Div" or node.domain or len(node.inputs) != 2:
-            continue
-        c = node.inputs[1]
-        if c is None or c.const is None or c.const.dtype.kind != "f" or not np.all(c.const != 0):
-            continue
-        if node.outputs[0] is None or node.outputs[0].is_graph_output:
-            continue
-        recip = graph.add_initializer(f"{c.name}_reciprocal", (1.0 / c.const).astype(c.const.dtype))
-        mul = graph.make_node("Mul", [node.inputs[0], recip], name=graph.unique_name(f"{node.name}_as_Mul"),
-                              output_names=[f"{node.outputs[0].name}_mul"])
-        mul.outputs[0].type = node.outputs[0].type
-        node.outputs[0].replace_all_uses_with(mul.outputs[0])
-        graph.remove_node(node)
-        if not c.uses() and not c.is_graph_output:
-            graph.remove_initializer(c.name)
-        count += 1
-    return count
-
-
 def sqrt_divisions_to_rsqrt(graph: Graph) -> int:
     """Rewrite Div(x, Sqrt(v)) as Mul(x, Pow(v, -0.5)) in place (a decomposed LayerNorm's
     normalization; TFLite has an int8 RSQRT that vela runs, no int8 SQRT or DIV); returns how

@@ -122,13 +122,15 @@ def _calibration(args: argparse.Namespace, graph: Any) -> dict[str, Any] | None:
     return {"source": args.calib, "samples": len(data) if data is not None else 0}
 
 
-def _optimize(graph: Any) -> Any:
-    """The compiled graph: the optimizer's default pipeline when it is available."""
+def _optimize(graph: Any, target: Any) -> Any:
+    """The compiled graph: the optimizer's default pipeline and the target's lowerings (as
+    compile runs them) when they are available."""
     try:
+        from engine.passes.lower_npu import lower_for_target
         from engine.passes.pipeline import optimize
     except ImportError:  # the optimizer is optional for simulation
         return graph
-    return optimize(graph).graph
+    return lower_for_target(optimize(graph).graph, target).graph
 
 
 def cmd_simulate(args: argparse.Namespace, out: Out) -> int:
@@ -149,7 +151,7 @@ def cmd_simulate(args: argparse.Namespace, out: Out) -> int:
     graph = load_model_arg(args)
     calib = _calibration(args, graph)
     if not args.no_optimize:
-        graph = _optimize(graph)
+        graph = _optimize(graph, target)
     result = simulate(graph, target, SimOptions(pins=_parse_pins(args.pin)))
     doc = result.to_json(events=args.json)
     if args.stream:

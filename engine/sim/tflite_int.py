@@ -58,6 +58,8 @@ def _act_range(act: str, t: TTensor) -> tuple[int, int]:
         return max(QMIN, z), min(QMAX, q(6.0))
     if act == "RELU_N1_TO_1":
         return max(QMIN, q(-1.0)), min(QMAX, q(1.0))
+    if act == "RELU_0_TO_1":
+        return max(QMIN, z), min(QMAX, q(1.0))
     return QMIN, QMAX
 
 
@@ -319,6 +321,9 @@ class TfliteSimulator:
 
     def k_relu_n1_to_1(self, op: TOp, x: np.ndarray) -> np.ndarray:
         return self._requant(op, x, "RELU_N1_TO_1")
+
+    def k_relu_0_to_1(self, op: TOp, x: np.ndarray) -> np.ndarray:
+        return self._requant(op, x, "RELU_0_TO_1")
 
     def k_leaky_relu(self, op: TOp, x: np.ndarray) -> np.ndarray:
         tx, y = self.t(op, 0), self.t(op, 0, out=True)

@@ -161,7 +161,9 @@ def run_point(point: Point, calibration: Calibration, errors: list[dict[str, Any
     graph, calib, ev = prepared(point.model)
     target = point.target.target()
     q = point.quant
-    sim = simulate(graph, target)
+    from engine.passes.lower_npu import lowered_copy
+
+    sim = simulate(lowered_copy(graph, target), target)  # placed as compile places it: lowered for the target
     latency = float(sim.latency_us)
     sqnr = cosine = None
     if target.npu.precision in INTEGER_PRECISIONS:

@@ -44,6 +44,18 @@ def charts_current(dock) -> bool:
     return ctl.current is not None and not ctl.busy and not dock.charts.is_updating
 
 
+def ethos_u55_without_gelu(tmp: Path) -> str:
+    """A target YAML: ethos-u55 without Gelu and Pow, on which transformer_demo keeps CPU
+    fallbacks, fused ones among them (on ethos-u55 itself every op runs on the NPU, as in vela)."""
+    from engine.hw.target import TARGETS_DIR
+
+    text = (TARGETS_DIR / "ethos-u55.yaml").read_text(encoding="utf-8")
+    lines = [ln for ln in text.splitlines() if not ln.strip().startswith(("Gelu:", "Pow:"))]
+    path = tmp / "ethos-u55-no-gelu.yaml"
+    path.write_text("\n".join(lines).replace("name: ethos-u55", "name: ethos-u55-no-gelu") + "\n", encoding="utf-8")
+    return str(path)
+
+
 def open_analysed(model: str, target: str, tmp: Path):
     """A shown main window on demo ``model`` for ``target``, analysed; returns (window, dock)."""
     from PySide6.QtWidgets import QMessageBox
@@ -76,29 +88,44 @@ def close_analysed(win) -> None:
 
 
 class StallMeter:
-    """The longest gap between ticks of a 5 ms timer: how long the event loop was blocked."""
+    """The longest gap between ticks of a 5 ms timer: how long the event loop was blocked
+    (``worst``, wall clock), and the most CPU time the GUI thread spent within one such gap
+    (``worst_cpu``: the work our code did there, whatever else the machine was running)."""
 
     def __init__(self) -> None:
         self.timer = QTimer()
         self.timer.setInterval(5)
         self.timer.timeout.connect(self._tick)
         self.last = 0.0
+        self.last_cpu = 0.0
         self.worst = 0.0
+        self.worst_cpu = 0.0
 
     def _tick(self) -> None:
-        now = time.perf_counter()
+        now, cpu = time.perf_counter(), time.thread_time()
         if self.last:
             self.worst = max(self.worst, (now - self.last) * 1000)
-        self.last = now
+            self.worst_cpu = max(self.worst_cpu, (cpu - self.last_cpu) * 1000)
+        self.last, self.last_cpu = now, cpu
 
     def __enter__(self) -> StallMeter:
         self.last = 0.0
         self.worst = 0.0
+        self.worst_cpu = 0.0
         self.timer.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self.timer.stop()
+
+
+MAX_STALL_MS = 100.0
+
+
+def stall_bound(idle_ms: float) -> float:
+    """100 ms plus what an idle event loop showed just before (capped at 100 ms): on a loaded
+    machine the OS alone holds the GUI thread that long, on a quiet one the bound is 100 ms."""
+    return MAX_STALL_MS + min(max(idle_ms - 10.0, 0.0), 100.0)
 
 
 def idle_noise_ms(seconds: float = 1.0) -> float:

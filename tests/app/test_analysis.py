@@ -18,6 +18,7 @@ from tests.app.analysis_support import (
     charts_current,
     close_analysed,
     demo,
+    ethos_u55_without_gelu,
     open_analysed,
     settle,
     wait_for,
@@ -35,7 +36,8 @@ def mobilenet(qapp, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def transformer(qapp, tmp_path_factory):
-    win, dock = open_analysed("transformer_demo", "ethos-u55", tmp_path_factory.mktemp("transformer"))
+    tmp = tmp_path_factory.mktemp("transformer")
+    win, dock = open_analysed("transformer_demo", ethos_u55_without_gelu(tmp), tmp)
     yield win, dock
     close_analysed(win)
 

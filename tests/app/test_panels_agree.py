@@ -8,7 +8,12 @@ import re
 
 import pytest
 
-from tests.app.analysis_support import close_analysed, open_analysed, wait_for
+from tests.app.analysis_support import (
+    close_analysed,
+    ethos_u55_without_gelu,
+    open_analysed,
+    wait_for,
+)
 
 pytestmark = pytest.mark.gui
 
@@ -20,9 +25,9 @@ def _number(pattern: str, text: str) -> int:
 
 
 def test_legend_fallback_tab_and_diagnostics_count_the_same_cpu_fallback(qtbot, tmp_path):
-    """transformer_demo on ethos-u55: LayerNorm and Gelu are fused, so 21 compiled ops on the CPU
-    run 69 graph nodes; the three panels used to show three different figures."""
-    win, dock = open_analysed("transformer_demo", "ethos-u55", tmp_path)
+    """transformer_demo on an ethos-u55 without Gelu: Gelu is fused, so fewer compiled ops than
+    graph nodes run on the CPU; the three panels used to show three different figures."""
+    win, dock = open_analysed("transformer_demo", ethos_u55_without_gelu(tmp_path), tmp_path)
     try:
         wait_for(lambda: win.doc.placement_source == "compiled", 60, "the compiled placement")
         win._on_analysis_changed()
@@ -113,7 +118,7 @@ def test_minimap_shows_no_empty_box_before_the_first_layout_and_the_graph_after(
     def check() -> bool:
         if minimap.isVisible() and minimap._bounds.isEmpty():
             seen_empty.append(True)
-        return win.scene is not None and not win.scene.is_populating and not minimap._timer.isActive() \
+        return win.scene is not None and not win.scene.is_populating and not minimap.building \
             and minimap._pixmap is not None
     wait_for(check, 60, "the first layout and minimap picture")
     assert not seen_empty

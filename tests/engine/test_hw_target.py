@@ -121,4 +121,5 @@ def test_supported_ops_doc_states_the_rules_from_docstrings():
 
     text = supported_ops_markdown(resolve_target("ethos-u55"))
     assert "Tensors must have rank at most 4 on this NPU." in text
-    assert "| MatMul | matmul | Tensors must have rank at most 2 on this NPU. |" in text
+    assert ("| MatMul | matmul | A MatMul by a constant weight (a fully connected layer) must have an activation "
+            "of rank at most 2 on this NPU.") in text

@@ -88,6 +88,11 @@ CASES = {
                                   [_w("wt", 8, 8, 3, 3, scale=0.2)], 8, "conv"),
     "softmax": ([helper.make_node("Flatten", ["a"], ["f"]), helper.make_node("Gemm", ["f", "wg"], ["g"], transB=1),
                  helper.make_node("Softmax", ["g"], ["y"], axis=-1)], [_w("wg", 10, 512, scale=0.05)], 0, "none"),
+    # a feature map's softmax over channels is TFLite's last (NHWC) axis; over width it is swapped there
+    "softmax_channels": ([helper.make_node("Softmax", ["a"], ["b"], axis=1)], [], 8, "conv"),
+    "softmax_width": ([helper.make_node("Softmax", ["a"], ["b"], axis=-1)], [], 8, "conv"),
+    "maxpool_same_upper": ([helper.make_node("MaxPool", ["a"], ["b"], kernel_shape=[3, 3], strides=[2, 2],
+                                             auto_pad="SAME_UPPER")], [], 8, "conv"),
 }
 
 
@@ -143,7 +148,8 @@ def test_litert_reference_kernels_equal_our_simulation_and_follow_the_onnx_model
     assert cos > 0.98, f"{case}: cosine {cos:.4f} between LiteRT and the FP32 model"
 
 
-@pytest.mark.parametrize("case", ["transpose", "pad", "slice_step2", "split", "resize_nearest", "prelu", "softmax"])
+@pytest.mark.parametrize("case", ["transpose", "pad", "slice_step2", "split", "resize_nearest", "prelu", "softmax",
+                                  "softmax_width"])
 def test_vela_runs_the_data_movement_ops_on_the_npu(case):
     pytest.importorskip("ethosu.vela")
     from engine.export.vela import run_vela
