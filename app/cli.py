@@ -73,8 +73,10 @@ def cmd_gui(args: argparse.Namespace, out: Out) -> int:
 
     from app.__main__ import make_app, recovery_dir
     from app.main_window import MainWindow
+    from nodes.kernels import warm_up
 
     app = QApplication.instance() or make_app()
+    warm_up()  # compiled kernels ready before the window: the first analysis must not stall it
     win = MainWindow(recovery_dir=recovery_dir())
     from app.walkthrough_probe import install_if_asked
 
@@ -102,7 +104,10 @@ def screenshot(model: Path, dest: Path, target: str | None, shapes: dict, out: O
         from app import placement
 
         placement.resolve_target(target)  # a bad target is a clear error before any window
+    from nodes.kernels import warm_up
+
     app = QApplication.instance() or make_app()
+    warm_up()  # as cmd_gui: not inside the analysis the screenshot waits for
     tmp = tempfile.mkdtemp(prefix="npu-studio-shot-")
     settings = QSettings(str(Path(tmp) / "settings.ini"), QSettings.Format.IniFormat)
     if calib and not Path(calib).exists():

@@ -14,6 +14,7 @@ import numpy as np
 
 from nodes._util import broadcast_shapes, norm_axis
 from nodes.elementwise import erf, is_low_float
+from nodes.kernels import compiled_float, gelu32_, hard_swish_
 from nodes.registry import register, register_spec
 from nodes.spec import (
     ELEMENTWISE_QUANT,
@@ -69,6 +70,8 @@ def _hard_sigmoid(x: np.ndarray, a: dict[str, Any]) -> np.ndarray:
 
 
 def _hard_swish(x: np.ndarray, a: dict[str, Any]) -> np.ndarray:
+    if compiled_float(x):  # one compiled pass instead of four numpy ones
+        return hard_swish_(x)
     y = x * _scalar(x, 1.0 / 6.0)
     y += _scalar(x, 0.5)
     np.clip(y, 0, 1, out=y)
@@ -107,6 +110,8 @@ def _gelu(x: np.ndarray, a: dict[str, Any]) -> np.ndarray:
         inner *= _scalar(x, math.sqrt(2.0 / math.pi))
         t = np.tanh(inner, out=inner)
     elif mode == "none":
+        if x.dtype == np.float32 and x.flags.c_contiguous:
+            return gelu32_(x)
         t = erf(x * _scalar(x, 1.0 / math.sqrt(2.0)))
     else:
         raise OpError(f"Gelu approximate must be 'none' or 'tanh', got {mode!r}")
@@ -138,6 +143,29 @@ def _swish(x: np.ndarray, a: dict[str, Any]) -> np.ndarray:
     return x * sigmoid(x * _scalar(x, a["alpha"]))
 
 
+def _sigmoid_in_place(x: np.ndarray, a: dict[str, Any]) -> np.ndarray:
+    np.negative(x, out=x)
+    np.exp(x, out=x)
+    x += 1
+    return np.reciprocal(x, out=x)
+
+
+def _hard_sigmoid_in_place(x: np.ndarray, a: dict[str, Any]) -> np.ndarray:
+    x *= _scalar(x, a["alpha"])
+    x += _scalar(x, a["beta"])
+    return np.clip(x, 0, 1, out=x)
+
+
+_IN_PLACE: dict[str, Fn] = {
+    "Relu": lambda x, a: np.maximum(x, _scalar(x, 0), out=x),
+    "Tanh": lambda x, a: np.tanh(x, out=x),
+    "Sigmoid": _sigmoid_in_place,
+    "HardSigmoid": _hard_sigmoid_in_place,
+    "HardSwish": lambda x, a: hard_swish_(x, out=x) if x.flags.c_contiguous else _hard_swish(x, a),
+}
+"""Activations that write into their input when the executor donates it (same results as fn)."""
+
+
 class PointwiseSpec(FnSpec):
     """An activation applied elementwise: fn(x, attrs); the output has the input's type."""
 
@@ -148,6 +176,8 @@ class PointwiseSpec(FnSpec):
     def __init__(self, op_type: str, fn: Fn, since: int, attrs: tuple[AttrSpec, ...] = (), doc: str = "",
                  int_ok: bool = False) -> None:
         self.int_ok = int_ok
+        self.in_place = _IN_PLACE.get(op_type)  # fn(x) writing into x, for a donated float input
+        self.inplace = self.in_place is not None
         super().__init__(op_type, fn, since, doc, attrs)
 
     def infer(self, ctx: NodeContext) -> list[TensorType]:
@@ -157,6 +187,9 @@ class PointwiseSpec(FnSpec):
     def reference(self, ctx: RunContext, x: np.ndarray) -> np.ndarray:
         """Apply the function; low floats (and ints for float-only ops) go through float32."""
         dt = x.dtype
+        if ctx.donate == 0 and dt in (np.float32, np.float64) and x.ndim > 0:
+            with np.errstate(all="ignore"):
+                return self.in_place(x, ctx.attrs)  # type: ignore[misc]
         if is_low_float(dt) or (dt.kind in "biu" and not self.int_ok):
             xc = x.astype(np.float32)
         else:

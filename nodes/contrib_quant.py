@@ -23,10 +23,12 @@ from nodes.matmul import matmul_shape
 from nodes.pooling import AveragePoolSpec
 from nodes.quant_ops import (
     DequantizeLinearSpec,
+    IntOperand,
     QuantizeLinearSpec,
     _centered,
     _col_param,
     _row_param,
+    cached_int_operand,
     dequantize_linear,
     int_matmul,
     quantize_linear,
@@ -438,11 +440,11 @@ class MatMulIntegerToFloatSpec(_IntToFloatSpec):
         return self._finish(a, _row_param(a_zp, a.ndim), b, b_zp, scale, bias)
 
 
-def _qgemm_float(x: np.ndarray, wq: np.ndarray, w_zp: np.ndarray, w_s: np.ndarray) -> np.ndarray:
-    """x (float, M x K) @ wq (int8, K x N) the way onnxruntime's quantized RNN GEMM computes it:
-    x quantized to uint8 from its own range, exact integer product, * x_scale * w_scale."""
+def _qgemm_float(x: np.ndarray, wq: IntOperand, w_s: np.ndarray) -> np.ndarray:
+    """x (float, M x K) @ wq (centered int8, K x N) the way onnxruntime's quantized RNN GEMM
+    computes it: x quantized to uint8 from its own range, exact integer product, * x_scale * w_scale."""
     qx, sx, zx = dynamic_quantize_u8(x)
-    acc = int_matmul(_centered(qx, np.asarray(zx)), _centered(wq, w_zp))
+    acc = int_matmul(_centered(qx, np.asarray(zx)), wq)
     return acc.astype(np.float32) * (np.float32(sx) * w_s)
 
 
@@ -499,11 +501,12 @@ class DynamicQuantizeLSTMSpec(LSTMSpec):
         def make_step(xx, wd_unused, rd_unused, bd, hid_, acts, clip, d):
             f, g, h = acts
             n4 = 4 * hid
-            wq, rq = w[d], r[d]
-            ws, wz = _dir_param(w_s, d, n4).astype(np.float32), _dir_param(w_zp, d, n4)
-            rs, rz = _dir_param(r_s, d, n4).astype(np.float32), _dir_param(r_zp, d, n4)
+            ws, rs = _dir_param(w_s, d, n4).astype(np.float32), _dir_param(r_s, d, n4).astype(np.float32)
+            # centered and converted once per plan, not per step (the recurrent one ran 32x a run)
+            wq = cached_int_operand(ctx, f"W{d}", (w, w_zp), lambda: _centered(w[d], _dir_param(w_zp, d, n4)))
+            rq = cached_int_operand(ctx, f"R{d}", (r, r_zp), lambda: _centered(r[d], _dir_param(r_zp, d, n4)))
             t_len, batch, inp = xx.shape
-            xw = _qgemm_float(xx.reshape(-1, inp), wq, wz, ws).reshape(t_len, batch, n4)
+            xw = _qgemm_float(xx.reshape(-1, inp), wq, ws).reshape(t_len, batch, n4)
             xw = xw + (bd[:n4] + bd[n4:]).astype(np.float32)
             pd = p[d].astype(np.float32) if p is not None else None
 
@@ -511,7 +514,7 @@ class DynamicQuantizeLSTMSpec(LSTMSpec):
                 from nodes.recurrent import lstm_cell
 
                 hp, cp = state
-                ht, ct = lstm_cell(xt + _qgemm_float(hp, rq, rz, rs), cp, pd, hid, f, g, h, clipf, coupled)
+                ht, ct = lstm_cell(xt + _qgemm_float(hp, rq, rs), cp, pd, hid, f, g, h, clipf, coupled)
                 return ht.astype(np.float32), ct.astype(np.float32)
 
             return xw, step

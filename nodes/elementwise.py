@@ -13,6 +13,8 @@ from collections.abc import Callable
 import numpy as np
 
 from nodes._util import broadcast_infer, broadcast_shapes, same_as_input
+from nodes.kernels import erf32_
+from nodes.polyfit import ERF_NEAR, fit_poly
 from nodes.registry import register, register_spec
 from nodes.rules import pow_exponent
 from nodes.spec import (
@@ -88,9 +90,11 @@ class BinarySpec(FnSpec):
 
     def __init__(self, op_type: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray], since: int,
                  out_dtype: np.dtype | None = None, doc: str = "", same_type: bool = True,
-                 attrs: tuple[AttrSpec, ...] = ()) -> None:
+                 attrs: tuple[AttrSpec, ...] = (), ufunc: np.ufunc | None = None) -> None:
         self.out_dtype = out_dtype
         self.same_type = same_type
+        self.ufunc = ufunc  # float32/float64 arithmetic written into a donated input (out=)
+        self.inplace = ufunc is not None
         super().__init__(op_type, fn, since, doc, attrs)
 
     def infer(self, ctx: NodeContext) -> list[TensorType]:
@@ -109,6 +113,10 @@ class BinarySpec(FnSpec):
         pad = _legacy_axis(ctx.attrs, ctx.opset, a.ndim, b.ndim)
         if pad:
             b = b.reshape(b.shape + (1,) * pad)
+        elif ctx.donate >= 0 and a.dtype == b.dtype and a.dtype in _NATIVE_FLOATS:
+            target = b if ctx.donate else a
+            if target.shape == np.broadcast_shapes(a.shape, b.shape):
+                return self.ufunc(a, b, out=target)  # type: ignore[misc]
         out = np.asarray(self.fn(a, b))
         if self.out_dtype is None and out.dtype != a.dtype:
             out = out.astype(a.dtype)
@@ -150,14 +158,14 @@ def _low_float_binary(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Cal
     return run
 
 
-for _name, _fn, _since in (
-    ("Add", np.add, 14),
-    ("Sub", np.subtract, 14),
-    ("Mul", np.multiply, 14),
-    ("Div", _div, 14),
+for _name, _fn, _since, _ufunc in (
+    ("Add", np.add, 14, np.add),
+    ("Sub", np.subtract, 14, np.subtract),
+    ("Mul", np.multiply, 14, np.multiply),
+    ("Div", _div, 14, np.divide),
 ):
     _spec = register_spec(BinarySpec(_name, _low_float_binary(_fn), _since,
-                                     doc=f"Elementwise {_name} with broadcasting."))
+                                     doc=f"Elementwise {_name} with broadcasting.", ufunc=_ufunc))
     if _name != "Div":
         _spec.quant = ELEMENTWISE_QUANT
 
@@ -299,14 +307,6 @@ class UnarySpec(FnSpec):
             return np.asarray(self.fn(x))
 
 
-def _fit_poly(f: Callable[[float], float], lo: float, hi: float, deg: int) -> np.ndarray:
-    """Power-basis coefficients (highest first) of a Chebyshev fit of f on [lo, hi] in s in [-1, 1]."""
-    n = 4 * (deg + 1)
-    x = (np.cos(np.pi * (np.arange(n) + 0.5) / n) + 1.0) / 2.0 * (hi - lo) + lo
-    cheb = np.polynomial.chebyshev.chebfit((x - lo) / (hi - lo) * 2.0 - 1.0, [f(float(v)) for v in x], deg)
-    return np.polynomial.chebyshev.cheb2poly(cheb)[::-1].copy()
-
-
 def _horner(coef: np.ndarray, s: np.ndarray) -> np.ndarray:
     out = np.full_like(s, coef[0])
     for c in coef[1:]:
@@ -317,8 +317,7 @@ def _horner(coef: np.ndarray, s: np.ndarray) -> np.ndarray:
 
 # erf(x) = x * A(x^2) for |x| < 1; erf(x) = 1 - exp(-x^2) * B(|x|) for |x| >= 1 (B flat past 6,
 # where erfc underflows double precision). Fitted once against math.erf: relative error < 1e-15.
-_ERF_A = _fit_poly(lambda u: math.erf(math.sqrt(u)) / math.sqrt(u) if u > 0 else 2.0 / math.sqrt(math.pi), 0.0, 1.0, 11)
-_ERFC_B = _fit_poly(lambda v: math.erfc(v) * math.exp(v * v), 1.0, 6.0, 26)
+_ERFC_B = fit_poly(lambda v: math.erfc(v) * math.exp(v * v), 1.0, 6.0, 26)
 
 
 def _erf_poly(x: np.ndarray) -> np.ndarray:
@@ -328,7 +327,7 @@ def _erf_poly(x: np.ndarray) -> np.ndarray:
     out = np.empty_like(xd)
     near = a < 1.0
     xa = xd[near]
-    out[near] = xa * _horner(_ERF_A, 2.0 * xa * xa - 1.0)
+    out[near] = xa * _horner(ERF_NEAR, 2.0 * xa * xa - 1.0)
     far = ~near
     af = a[far]
     tail = _horner(_ERFC_B, (np.minimum(af, 6.0) - 3.5) / 2.5) * np.exp(-af * af)
@@ -343,7 +342,13 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 
 def erf(x: np.ndarray) -> np.ndarray:
-    """The error function of a float array (float32/float64 in, same dtype out)."""
+    """The error function of a float array (float32/float64 in, same dtype out).
+
+    float32 runs the compiled one-pass kernel (correctly rounded, nodes/kernels.py); float64
+    scipy's erf or, without scipy, the fitted polynomials.
+    """
+    if x.dtype == np.float32 and x.ndim > 0:
+        return erf32_(np.ascontiguousarray(x))
     out = _scipy_erf(x) if _scipy_erf is not None else _erf_poly(x)
     return np.asarray(out).astype(x.dtype, copy=False)
 

@@ -11,6 +11,9 @@ requantization multiplies the int32 accumulator by the float32 multiplier
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import ml_dtypes
 import numpy as np
 
@@ -301,18 +304,51 @@ def _centered(x: np.ndarray, zp: np.ndarray | None) -> np.ndarray:
     return d
 
 
-def _exact_float(a: np.ndarray, b: np.ndarray, k: int) -> np.dtype:
-    """float32 when every partial sum of k products of a and b is exactly representable."""
-    amax = int(np.abs(a).max()) if a.size else 0
-    bmax = int(np.abs(b).max()) if b.size else 0
+def _exact_float(amax: int, bmax: int, k: int) -> np.dtype:
+    """float32 when every partial sum of k products bounded by amax * bmax is exactly representable."""
     return np.dtype(np.float32) if amax * bmax * max(k, 1) <= _F32_EXACT else np.dtype(np.float64)
 
 
-def int_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _absmax(a: np.ndarray) -> int:
+    return int(np.abs(a).max()) if a.size else 0
+
+
+class IntOperand:
+    """A centered int32 right operand prepared once for many exact products (a constant weight,
+    an LSTM's recurrent matrix over the steps): its largest magnitude and its float copies are
+    computed on first use, not per product."""
+
+    def __init__(self, b: np.ndarray) -> None:
+        self.b = b
+        self.bmax = _absmax(b)
+        self._float: dict[np.dtype, np.ndarray] = {}
+
+    def as_float(self, dt: np.dtype) -> np.ndarray:
+        """The operand in float dtype ``dt`` (kept)."""
+        f = self._float.get(dt)
+        if f is None:
+            f = self._float[dt] = self.b.astype(dt)
+        return f
+
+
+def int_matmul(a: np.ndarray, b: np.ndarray | IntOperand) -> np.ndarray:
     """Exact int32 matmul of int32 operands through float BLAS."""
+    op = b if isinstance(b, IntOperand) else IntOperand(b)
     k = a.shape[-1]
-    dt = _exact_float(a, b, k)
-    return np.rint(matmul(a.astype(dt), b.astype(dt))).astype(np.int32)
+    dt = _exact_float(_absmax(a), op.bmax, k)
+    return np.rint(matmul(a.astype(dt), op.as_float(dt))).astype(np.int32)
+
+
+def cached_int_operand(ctx: RunContext, key: str, sources: tuple[Any, ...],
+                       make: Callable[[], np.ndarray]) -> IntOperand:
+    """IntOperand(make()) kept in the node's run cache while the same ``sources`` arrays come in
+    (identity): a constant weight is centered and converted once per plan, not once per run."""
+    hit = ctx.cache.get(key)
+    if hit is not None and len(hit[0]) == len(sources) and all(x is y for x, y in zip(hit[0], sources)):
+        return hit[1]
+    op = IntOperand(make())
+    ctx.cache[key] = (sources, op)
+    return op
 
 
 def _row_param(p: np.ndarray | None, a_ndim: int) -> np.ndarray | None:
@@ -350,7 +386,7 @@ def int_conv(x: np.ndarray, w: np.ndarray, attrs: dict) -> np.ndarray:
     """Exact int32 convolution of centered (int32) x and w through the float Conv kernel."""
     strides, dils, pb, pe = conv_geometry(attrs, x.shape, w.shape)
     k = int(np.prod(w.shape[1:]))
-    dt = _exact_float(x, w, k)
+    dt = _exact_float(_absmax(x), _absmax(w), k)
     y = conv_nd(x.astype(dt), w.astype(dt), None, strides, dils, pb, pe, int(attrs["group"]))
     return np.rint(y).astype(np.int32)
 
@@ -483,7 +519,8 @@ class MatMulIntegerSpec(_IntMatMulSpec):
     def reference(self, ctx: RunContext, a: np.ndarray, b: np.ndarray, a_zp: np.ndarray | None = None,
                   b_zp: np.ndarray | None = None) -> np.ndarray:
         """Exact integer product."""
-        return int_matmul(_centered(a, _row_param(a_zp, a.ndim)), _centered(b, _col_param(b_zp)))
+        return int_matmul(_centered(a, _row_param(a_zp, a.ndim)), cached_int_operand(
+            ctx, "B", (b, b_zp), lambda: _centered(b, _col_param(b_zp))))
 
 
 @register("QLinearMatMul", since=10)

@@ -149,7 +149,7 @@ class NodeContext:
 class RunContext:
     """What a reference kernel sees besides its inputs: attributes, opset and subgraph runner."""
 
-    __slots__ = ("attrs", "cache", "node", "opset", "run_subgraph")
+    __slots__ = ("attrs", "cache", "donate", "node", "opset", "run_subgraph")
 
     def __init__(self, node: Node, attrs: dict[str, Any], opset: int,
                  run_subgraph: Callable[[Graph, dict[str, np.ndarray]], list[np.ndarray]] | None = None) -> None:
@@ -159,6 +159,10 @@ class RunContext:
         self.run_subgraph = run_subgraph
         # Per-node memo for kernels (e.g. window geometry per input shape); lives as long as the plan.
         self.cache: dict[Any, Any] = {}
+        # Index of an input the kernel may overwrite and return as its output (-1: none). The
+        # executor sets it, for one call, on specs with ``inplace`` when that input dies at this
+        # node and nothing else references its buffer (no view, no other holder).
+        self.donate = -1
 
 
 @dataclass(frozen=True)
@@ -186,6 +190,8 @@ class OpSpec:
     rules: tuple[Callable[..., bool], ...] = ()
     # Ops whose output is not a pure function of the inputs must not be constant-folded.
     deterministic: bool = True
+    # The reference kernel honours RunContext.donate (writes its output into that input).
+    inplace: bool = False
     # How the quantizer treats the op (None: it stays float, between DequantizeLinear and
     # QuantizeLinear of its neighbours).
     quant: QuantSpec | None = None

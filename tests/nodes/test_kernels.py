@@ -1,0 +1,133 @@
+"""The compiled kernels (nodes/kernels.py) give the numbers the numpy paths gave.
+
+Depthwise and small-group convolutions take the direct kernel: checked against the obviously
+right loop (tests/nodes/test_conv.py's naive_conv) and onnxruntime over strides, dilations,
+pads, channel multipliers and batch. erf/Gelu against float64 erf; HardSwish against its
+formula; the JIT cache lands where NUMBA_CACHE_DIR says.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import engine
+from nodes.conv import DIRECT_GROUP_WIDTH
+from nodes.kernels import erf32_, gelu32_, hard_swish_
+from tests.nodes.test_conv import _conv_graph, naive_conv
+
+# (x shape, group, channels out per group, kernel, attrs): all take the direct kernel
+_DIRECT = [
+    ((1, 8, 11, 13), 8, 1, (3, 3), {"pads": [1, 1, 1, 1]}),
+    ((2, 6, 10, 9), 6, 1, (3, 3), {"strides": [2, 2], "pads": [1, 0, 1, 0]}),
+    ((1, 4, 12, 12), 4, 1, (5, 5), {"dilations": [2, 1], "pads": [4, 2, 4, 2]}),
+    ((1, 4, 9, 9), 4, 2, (3, 3), {"strides": [1, 2], "auto_pad": "SAME_UPPER"}),
+    ((1, 8, 7, 8), 4, 2, (3, 1), {}),
+    ((1, 5, 6, 20), 5, 4, (1, 7), {"strides": [3, 3], "pads": [0, 3, 0, 3]}),
+]
+
+
+@pytest.mark.parametrize(("x_shape", "group", "mg", "kernel", "attrs"), _DIRECT)
+def test_depthwise_and_small_group_convs_match_the_naive_loop_and_onnxruntime(x_shape, group, mg, kernel, attrs):
+    cg = x_shape[1] // group
+    assert cg * mg <= DIRECT_GROUP_WIDTH  # the case really takes the compiled kernel
+    rng = np.random.default_rng(sum(x_shape))
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal((group * mg, cg, *kernel)).astype(np.float32)
+    b = rng.standard_normal(group * mg).astype(np.float32)
+    g = _conv_graph(list(x_shape), w, b, group=group, **attrs)
+    ours = engine.execute(g, {"x": x})["y"]
+    if "auto_pad" not in attrs:
+        want = naive_conv(x, w, b, attrs.get("strides"), attrs.get("pads"), attrs.get("dilations"), group)
+        np.testing.assert_allclose(ours, want, rtol=1e-5, atol=1e-5)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=group, **attrs)
+    model = helper.make_model(
+        helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          initializer=[numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(ours, sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
+def test_depthwise_conv_in_float64_stays_float64_and_exact():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 3, 8, 8))
+    w = rng.standard_normal((3, 1, 3, 3))
+    g = _conv_graph([1, 3, 8, 8], w, dtype=TensorProto.DOUBLE, group=3, pads=[1, 1, 1, 1])
+    y = engine.execute(g, {"x": x})["y"]
+    assert y.dtype == np.float64
+    np.testing.assert_allclose(y, naive_conv(x, w, None, None, [1, 1, 1, 1], None, 3), rtol=1e-12, atol=1e-12)
+
+
+def _erf64(x: np.ndarray) -> np.ndarray:
+    return np.array([math.erf(float(v)) for v in x.ravel()]).reshape(x.shape)
+
+
+def test_erf_is_float64_erf_rounded_to_float32_within_one_ulp():
+    x = np.concatenate([np.linspace(-5, 5, 40001, dtype=np.float32),
+                        np.float32(10.0) ** np.linspace(-30, 0, 301, dtype=np.float32)])
+    x = np.concatenate([x, -x])
+    want = _erf64(x)
+    got = erf32_(x)
+    ulps = np.abs(got - want) / np.spacing(np.abs(want).astype(np.float32))
+    assert ulps.max() <= 1.0
+    assert np.mean(got == want.astype(np.float32)) > 0.9999  # correctly rounded almost everywhere
+
+
+def test_erf_keeps_signed_zero_nan_and_infinities():
+    x = np.array([0.0, -0.0, np.nan, np.inf, -np.inf, 4.0, -7.5], np.float32)
+    y = erf32_(x)
+    assert y[0] == 0 and not np.signbit(y[0]) and np.signbit(y[1])
+    assert np.isnan(y[2])
+    np.testing.assert_array_equal(y[3:], [1.0, -1.0, 1.0, -1.0])
+
+
+def test_gelu_in_one_pass_is_as_close_to_the_exact_value_as_the_float32_op_chain():
+    x = np.linspace(-8, 8, 20001, dtype=np.float32)
+    exact = 0.5 * x.astype(np.float64) * (1.0 + _erf64(x.astype(np.float64) / math.sqrt(2.0)))
+    chain = 0.5 * x * (np.float32(1) + erf32_(x * np.float32(1 / math.sqrt(2.0))))  # Div, Erf, Add, Mul, Mul
+    fused = gelu32_(x)
+    assert np.abs(fused - exact).max() <= np.abs(chain - exact).max() + 1e-7
+
+
+def test_hard_swish_in_place_matches_its_formula():
+    x = np.linspace(-5, 5, 1001, dtype=np.float32)
+    want = x * np.clip(x / np.float32(6) + np.float32(0.5), 0, 1)
+    buf = x.copy()
+    assert hard_swish_(buf, out=buf) is buf
+    np.testing.assert_allclose(buf, want, rtol=1e-6, atol=1e-7)
+
+
+def test_a_fresh_copy_compiles_its_kernels_and_caches_them_where_numba_cache_dir_says(tmp_path):
+    """A fresh clone has no compiled code: the first import compiles, and the machine code goes
+    to NUMBA_CACHE_DIR when set (how a read-only install is run), so the next process loads it."""
+    import shutil
+
+    import nodes
+
+    shutil.copytree(os.path.dirname(nodes.__file__), tmp_path / "src" / "nodes",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    cache = tmp_path / "cache"
+    code = ("import numpy as np; from nodes.kernels import hard_swish_; "
+            "assert float(hard_swish_(np.array([1.5], np.float32))[0]) == 1.5 * (1.5 / 6 + 0.5)")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "src"), "NUMBA_CACHE_DIR": str(cache)}
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, cwd=tmp_path, timeout=300)
+    assert any(p.suffix == ".nbi" for p in cache.rglob("*")), "nothing was cached"
+    assert not list((tmp_path / "src").rglob("*.nbi")), "the cache went into the source folder"
+
+
+def test_loading_a_model_does_not_import_numba():
+    """numba's import takes 1-2 s: a command that runs no compiled kernel (inspect, compile of a
+    graph without depthwise convs) must not pay it."""
+    code = ("import sys, engine; from tests.models import demo_model; "
+            "engine.load(demo_model('transformer_demo')); assert 'numba' not in sys.modules, 'numba imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), timeout=120)
