@@ -39,14 +39,16 @@ class ErrorStats:
     max_abs: float = 0.0
 
     def update(self, ref: np.ndarray, q: np.ndarray) -> None:
-        """Add one sample."""
-        r = np.asarray(ref, np.float64).ravel()
-        x = np.asarray(q, np.float64).ravel()
+        """Add one sample. Float32 tensors are summed in float32 (numpy's pairwise sums keep the
+        relative error near 1e-7), several times faster than float64 copies of large outputs."""
+        r, x = np.asarray(ref).ravel(), np.asarray(q).ravel()
+        if r.dtype != np.float32 or x.dtype != np.float32:
+            r, x = r.astype(np.float64), x.astype(np.float64)
         d = r - x
-        self.ref2 += float(r @ r)
-        self.err2 += float(d @ d)
-        self.q2 += float(x @ x)
-        self.dot += float(r @ x)
+        self.ref2 += float((r * r).sum())
+        self.err2 += float((d * d).sum())
+        self.q2 += float((x * x).sum())
+        self.dot += float((r * x).sum())
         if d.size:
             self.max_abs = max(self.max_abs, float(np.abs(d).max()))
 

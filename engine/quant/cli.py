@@ -128,16 +128,19 @@ def cmd_quantize(args: argparse.Namespace, out: Out) -> int:
                          smoothquant=args.smoothquant, bias_correction=args.bias_correction)
     data = calib_from_args(args, graph)
     assert data is not None  # --calib is required
+    check_search_args(args, data)
     if not args.no_optimize:
         graph = optimize_for_quantization(graph)
     progress = TerminalProgress(out, args.quiet)
-    try:
-        result = quantize(graph, data, config, analysis_samples=args.analysis_samples, progress=progress)
+    searching = args.target_sqnr is not None or args.target_cosine is not None
+    try:  # a search measures its own way and the final model is analysed: no analysis of the int8 one
+        result = quantize(graph, data, config, analysis_samples=0 if searching else args.analysis_samples,
+                          progress=progress)
     except ValueError as exc:
         if "nothing to quantize" in str(exc):
             raise InputError(f"{args.model}: {exc}") from None
         raise
-    if args.target_sqnr is not None or args.target_cosine is not None:
+    if searching:
         result = _mixed_precision(args, graph, data, result, progress, out)
     files = {dest: checked_model_bytes(result.graph)}
     report = result.report()
@@ -156,44 +159,59 @@ def cmd_quantize(args: argparse.Namespace, out: Out) -> int:
             out.line(f"ptq {st.algorithm}: {state}, {st.gain_db:+.2f} dB on calibration samples{held}"
                      + (f" ({st.note})" if st.note and not st.applied else ""))
     out.line(f"wrote {args.output} ({len(result.model.node_precision)} layers quantized, {report['samples']} samples)")
+    missed = result.mixed_precision is not None and not result.mixed_precision.reached
     for d in result.diagnostics:
-        if d.code == "low-sqnr":
+        if d.code == "low-sqnr" and not missed:  # a missed target already said it in its one line
             out.info(f"warning: {d.message}")
     return EXIT_OK
 
 
 def _mixed_precision(args: argparse.Namespace, graph: Graph, data: CalibrationSet, result, progress, out: Out):
-    """Raise the most sensitive layers until the outputs reach --target-sqnr / --target-cosine."""
+    """Search the raises that bring the held-out outputs to --target-sqnr / --target-cosine
+    (engine.quant.search), then quantize with the precisions it chose."""
     from engine.quant.api import quantize
-    from engine.quant.mixed import auto_mixed_precision, latency_cost_from_sim
+    from engine.quant.search import SearchOptions, search_choices, search_mixed_precision
 
-    cost = None
+    target = None
     if args.target:
         from engine.hw.target import resolve_target
-        from engine.sim.timeline import simulate
 
         target = resolve_target(args.target)
-        sim = simulate(graph, target)
-        cost = latency_cost_from_sim(sim, target)
-    if result.analysis is None:
-        raise InputError("--target-sqnr/--target-cosine need the error analysis (--analysis-samples > 0)")
-    ranking = [le.node for le in result.analysis.sensitivity()]
     base = result.float_build or graph  # what PTQ (CLE, bias correction ...) made of the graph
-    mp = auto_mixed_precision(base, data, result.config, result.calibration, ranking,
-                              target_sqnr_db=args.target_sqnr, target_cosine=args.target_cosine,
-                              precision=args.raise_to, latency_cost=cost)
-    if cost is not None:
-        mp.base_latency_us = sim.latency_us
+    choices = search_choices(target, args.raise_to)
+    opts = SearchOptions(target_sqnr_db=args.target_sqnr, target_cosine=args.target_cosine, choices=choices,
+                         time_budget_s=args.time_budget)
+    mp = search_mixed_precision(base, data, result.config, result.calibration, target, opts,
+                                progress=lambda stage, done, total: progress(stage, done, total),
+                                reference=result.reference)
     for st in mp.steps:
-        extra = f", +{st['latency_cost_us']:.1f} us" if st["latency_cost_us"] is not None else ""
-        out.line(f"raised {st['node']} to {st['precision']}: output SQNR {st['output_sqnr_db']:.2f} dB{extra}")
-    if not mp.reached:
-        out.info(f"warning: target not reached after {len(mp.steps)} raise(s); output SQNR {mp.output_sqnr_db:.2f} dB")
+        extra = f", {st['latency_cost_us']:+.1f} us" if st["latency_cost_us"] is not None else ""
+        out.line(f"raised {st['node']} ({st['kind']}, {len(st['nodes'])} op(s)) to {st['precision']}: "
+                 f"held-out output SQNR {st['output_sqnr_db']:.2f} dB{extra}")
+    warning = mp.warning()
+    if warning is not None:
+        out.info(f"warning: {warning}")
     final = quantize(base, data, mp.config, analysis_samples=args.analysis_samples, calibration=result.calibration,
                      progress=progress)
     final.mixed_precision = mp
     final.ptq = result.ptq
     return final
+
+
+def check_search_args(args: argparse.Namespace, data: CalibrationSet) -> None:
+    """Bad input for a mixed-precision search, before any work: a precision the target lacks,
+    too few samples to split into a search part and a held-out part."""
+    from engine.quant.search import MIN_SAMPLES, search_choices
+
+    if args.target_sqnr is None and args.target_cosine is None:
+        return
+    if args.target:
+        from engine.hw.target import resolve_target
+
+        search_choices(resolve_target(args.target), args.raise_to)
+    if len(data) < MIN_SAMPLES:
+        raise InputError(f"--calib {args.calib}: {len(data)} sample(s) cannot verify a mixed-precision search; "
+                         f"it needs at least {MIN_SAMPLES} (it searches on some and verifies on the others)")
 
 
 @extra_command
@@ -219,11 +237,16 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--analysis-samples", type=integer(0, 10_000), default=16,
                    help="samples used for the error analysis")
     p.add_argument("--no-optimize", action="store_true", help="quantize the graph as loaded (no BN folding/fusion)")
-    p.add_argument("--target-sqnr", type=number(minimum=-1000, maximum=1000), metavar="DB",
-                   help="mixed precision: raise the most sensitive layers until every output reaches this SQNR")
+    p.add_argument("--target-sqnr", type=number(minimum=-1000, maximum=100), metavar="DB",
+                   help="mixed precision: search the cheapest raises that bring every output to this SQNR "
+                        "(at most 100 dB) on held-out calibration samples")
     p.add_argument("--target-cosine", type=number(minimum=-1, maximum=1), metavar="C",
                    help="mixed precision: ... this cosine")
-    p.add_argument("--raise-to", choices=("int16", "fp16", "bf16"), default="int16", help="precision of raised layers")
+    p.add_argument("--raise-to", choices=("auto", "int16", "fp16", "bf16", "fp32"), default="auto",
+                   help="precision of raised layers (auto: int16, fp16 where the target has it, or float on the CPU, "
+                        "whichever reaches the target for the fewest microseconds)")
+    p.add_argument("--time-budget", type=number(above=0, maximum=86400), default=120.0, metavar="S",
+                   help="seconds the mixed-precision search may take; then it keeps the best model found")
     p.add_argument("--target", metavar="T", help="hardware target pricing each raise in latency")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.set_defaults(func=cmd_quantize)

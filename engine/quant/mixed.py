@@ -50,6 +50,41 @@ class MixedPrecisionResult:
     target_cosine: float | None = None
     start_sqnr_db: float = 0.0
     base_latency_us: float | None = None  # the simulated latency of the model before any raise
+    # filled by the search (engine.quant.search): what it measured and why it stopped
+    choices: list[str] = field(default_factory=list)
+    samples: dict[str, int] = field(default_factory=dict)
+    tensors: list[dict] = field(default_factory=list)
+    groups: list[dict] = field(default_factory=list)
+    refused: list[dict] = field(default_factory=list)
+    pruned: list[dict] = field(default_factory=list)
+    blocking: list[dict] = field(default_factory=list)
+    stopped: str = ""
+    seconds: float | None = None
+    search_sqnr_db: float | None = None
+    sensitivity_measured: list[int] = field(default_factory=list)
+
+    def target_text(self) -> str:
+        """The target as the user gave it (``30 dB``, ``cosine 0.999``)."""
+        parts = [f"{self.target_sqnr_db:g} dB"] if self.target_sqnr_db is not None else []
+        parts += [f"cosine {self.target_cosine:g}"] if self.target_cosine is not None else []
+        return " and ".join(parts)
+
+    def warning(self) -> str | None:
+        """The one line that says the target was not reached (None when it was): the best figure
+        kept and the layers that still hold the most output noise."""
+        if self.reached:
+            return None
+        why = {"time budget": "within the time budget", "no candidate left": "with every candidate tried"}
+        lat = self.to_json()["latency_us"]
+        line = (f"target {self.target_text()} not reached {why.get(self.stopped, '')}".rstrip()
+                + f"; kept the best model: held-out output SQNR {self.output_sqnr_db:.2f} dB "
+                f"(int8 {self.start_sqnr_db:.2f} dB) with {len(self.steps)} raise(s)")
+        if lat is not None:
+            line += f", latency {lat['int8']:.0f} -> {lat['final']:.0f} us"
+        if self.blocking:
+            line += "; blocking: " + ", ".join(f"{b['node']} ({b['kind']}, {100 * b['noise_share']:.0f}% of the "
+                                               "int8 output noise)" for b in self.blocking)
+        return line
 
     def to_json(self) -> dict:
         """The quantize report's ``mixed_precision`` document (CONTRACTS.md): each raise with the
@@ -60,17 +95,25 @@ class MixedPrecisionResult:
             raised.append({"node": st["node"], "from": st["from"], "to": st["precision"],
                            "latency_us_delta": None if delta is None else round(delta, 3),
                            "db_gain": round(st["output_sqnr_db"] - prev, 3),
-                           "output_sqnr_db": st["output_sqnr_db"], "output_cosine": st["output_cosine"]})
+                           "output_sqnr_db": st["output_sqnr_db"], "output_cosine": st["output_cosine"],
+                           **({"nodes": st["nodes"], "kind": st["kind"]} if "nodes" in st else {})})
             prev = st["output_sqnr_db"]
         latency = None
         if self.base_latency_us is not None:
             extra = sum(st["latency_cost_us"] or 0.0 for st in self.steps)
             latency = {"int8": round(self.base_latency_us, 3),  # the model before any raise
                        "final": round(self.base_latency_us + extra, 3)}
-        return {"target_sqnr_db": self.target_sqnr_db, "target_cosine": self.target_cosine,
-                "reached": self.reached, "output_sqnr_db": round(self.output_sqnr_db, 3),
-                "output_cosine": round(self.output_cosine, 6), "start_sqnr_db": round(self.start_sqnr_db, 3),
-                "raised": raised, "latency_us": latency}
+        doc = {"target_sqnr_db": self.target_sqnr_db, "target_cosine": self.target_cosine,
+               "reached": self.reached, "output_sqnr_db": round(self.output_sqnr_db, 3),
+               "output_cosine": round(self.output_cosine, 6), "start_sqnr_db": round(self.start_sqnr_db, 3),
+               "raised": raised, "latency_us": latency}
+        if self.stopped:  # a search: how it measured, what it refused and why it stopped
+            doc.update({"stopped": self.stopped, "choices": self.choices, "samples": self.samples,
+                        "search_sqnr_db": None if self.search_sqnr_db is None else round(self.search_sqnr_db, 3),
+                        "sensitivity_measured": self.sensitivity_measured, "groups": self.groups,
+                        "tensors": self.tensors, "refused": self.refused, "pruned": self.pruned,
+                        "blocking": self.blocking})
+        return doc
 
 
 def _worst(outputs: dict[str, ErrorStats]) -> tuple[float, float]:

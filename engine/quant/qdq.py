@@ -301,7 +301,10 @@ class _Builder:
         bqp = bias_params(in_qp, w_qp)
         if np.ndim(bqp.scale) == 1 and bqp.scale.shape[0] != b.const.shape[0]:
             return
-        qb = np.clip(np.rint(b.const.astype(np.float32).astype(np.float64) / bqp.scale), -(2**31), 2**31 - 1).astype(np.int32)
+        qb = np.rint(b.const.astype(np.float32).astype(np.float64) / bqp.scale)
+        if not np.all(np.abs(qb) <= 2**31 - 1):  # int16 x int16 scales: int32 would clip the bias
+            return
+        qb = qb.astype(np.int32)
         g = node.graph or self.g
         qv = self.const(g, f"{b.name}_quantized", qb)
         scale = self.const(g, f"{b.name}_scale", np.asarray(bqp.scale, np.float32))
