@@ -3,7 +3,7 @@
 Run: `python -m tests.bench.bench_tflite_zoo [NAME ...] [--samples N] [--heldout N] [--simulated N]`. Each model is
 compiled for ethos-u55 with real calibration data (the first `--samples`, 12 by default, of the
 demo's calibration set or of assets/data/images) and measured on data it was not calibrated on
-(`--heldout`, 96 by default: random crops of the scikit-image pictures the bundled images come
+(`--heldout`, 96 by default, 400 for ch_ppocr_cls_mobile: random crops of the scikit-image pictures the bundled images come
 from, tests/images.py; digits_cnn's held-out split; transformer_demo has no held-out set, so its
 calibration samples are reused and the line says so):
 
@@ -71,6 +71,11 @@ MODELS = {  # name: (path, shapes, calibration npz or None for the images, mean,
 }
 SAMPLES = 12
 HELDOUT = 96
+# ch_ppocr_cls_mobile's two-class output sits at 17-18 dB: on 96 crops one quarter of the set alone
+# swings the LiteRT-QDQ difference from -0.9 to +2.5 dB (+0.59 on all 96), so it is measured on 400
+# (+0.17 dB, 90% interval [-0.30, +0.65]). --heldout overrides both.
+HELDOUT_SET = False
+HELDOUT_BY_MODEL = {"ch_ppocr_cls_mobile": 400}
 SIMULATED = 24
 """Held-out samples our simulation also runs (the equal-values figure)."""
 
@@ -209,7 +214,7 @@ def measure(name: str) -> None:
     ops = sorted({o.opcode for o in tm.ops})
     print(f"{name}: {len(tm.ops)} TFLite ops ({', '.join(ops)}), calibrated on {len(xs)} samples, compile {secs:.1f} s")
     print(f"  SQNR vs FP32 on the {len(xs)} calibration samples: {runs.sqnr_line(runs.run(xs[:, 0]), spread=True)}")
-    held = heldout(name, inp, shape, HELDOUT)
+    held = heldout(name, inp, shape, HELDOUT_BY_MODEL.get(name, HELDOUT) if not HELDOUT_SET else HELDOUT)
     if held is None:
         evx, what = xs[:, 0], f"the {len(xs)} calibration samples again (no held-out set)"
     else:
@@ -246,7 +251,7 @@ def _has_vela() -> bool:
 
 
 def main(argv: list[str]) -> int:
-    global SAMPLES, HELDOUT, SIMULATED
+    global SAMPLES, HELDOUT, HELDOUT_SET, SIMULATED
     for flag in ("--samples", "--heldout", "--simulated"):
         if flag in argv:
             k = argv.index(flag)
@@ -254,7 +259,7 @@ def main(argv: list[str]) -> int:
             if flag == "--samples":
                 SAMPLES = value
             elif flag == "--heldout":
-                HELDOUT = value
+                HELDOUT, HELDOUT_SET = value, True
             else:
                 SIMULATED = value
             argv = argv[:k] + argv[k + 2:]
