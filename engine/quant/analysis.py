@@ -44,11 +44,17 @@ class ErrorStats:
         r, x = np.asarray(ref).ravel(), np.asarray(q).ravel()
         if r.dtype != np.float32 or x.dtype != np.float32:
             r, x = r.astype(np.float64), x.astype(np.float64)
-        d = r - x
-        self.ref2 += float((r * r).sum())
-        self.err2 += float((d * d).sum())
-        self.q2 += float((x * x).sum())
-        self.dot += float((r * x).sum())
+        with np.errstate(over="ignore", invalid="ignore"):
+            d = r - x
+            sums = [float((r * r).sum()), float((d * d).sum()), float((x * x).sum()), float((r * x).sum())]
+        if r.dtype == np.float32 and not all(np.isfinite(sums)):  # squares beyond float32 (|v| > 1.8e19)
+            r, x = r.astype(np.float64), x.astype(np.float64)
+            d = r - x
+            sums = [float((r * r).sum()), float((d * d).sum()), float((x * x).sum()), float((r * x).sum())]
+        self.ref2 += sums[0]
+        self.err2 += sums[1]
+        self.q2 += sums[2]
+        self.dot += sums[3]
         if d.size:
             self.max_abs = max(self.max_abs, float(np.abs(d).max()))
 
