@@ -25,8 +25,8 @@ channels for the part-kernel method vela picks for shallow IFMs):
 
     conv:       max(32 * ublock_c / 8, 4 * u_xy) * kernel_elems * u_z  [* ceil(C_in / ifm_block_c)]
     depthwise:  max(32 * ublock_c / 8, 4 * u_xy) * ceil(kernel_elems / 4) * u_z   (3)
-    pooling:    4 * kernel_elems * u_xy * u_z    (vela's legacy core: max(4, kernel_elems) * u_xy * u_z;
-                                                  vela 5.2's C++ core measures 4x that on pools)
+    pooling:    max(4, kernel_elems) * u_xy * u_z * ifm_bits / 2   (vela 5.2's C++ core; its legacy
+                                                  core had no ifm_bits / 2 factor)
 
 plus a pipeline delay when a block is a single micro-block. The output stage costs
 ``output_cycles_per_elem[op]`` (or the activation's, whichever is larger) per OFM element of the
@@ -62,11 +62,13 @@ in its ``memory`` section; this module holds only the maths.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-BLOCK_TYPES = ("conv", "depthwise", "vector", "pooling", "reduce_sum", "elementwise")
+BLOCK_TYPES = ("conv", "depthwise", "vector", "pooling", "reduce_sum", "elementwise", "matmul", "transpose")
 """vela's NPU block types: ConvolutionMxN, ConvolutionDepthWise, VectorProduct (fully connected),
-Pooling, ReduceSum and ElementWise."""
+Pooling, ReduceSum and ElementWise, and the two compound operations of its C++ core (regor): a
+MatMul of two feature maps (``ifm`` A as 1 x B x M x K, ``ifm2`` the other operand transposed,
+1 x B x N x K) and a Transpose."""
 OUTPUT_KINDS = ("ew_unary_32", "ew_binary_32", "mul_32", "mul", "add_simple", "add", "maxpool", "other")
 """The rows of ``output_cycles_per_elem``, in vela's order."""
 ACTIVATION_KINDS = ("lut", "relu", "none")
@@ -284,7 +286,7 @@ def _search_block(arch: EthosUArch, q: LayerQuery) -> BlockConfig | None:
         ifm_depth_blk = _up(min(ifm[3], 16), 4)
     else:
         ifm_depth_blk = _up(min(ifm[3], 16 if partk else 32), arch.ifm_ublock[2])
-    weight_wh = kw * kh if q.block_type in ("conv", "depthwise") else 0
+    weight_wh = kw * kh if q.block_type in ("conv", "depthwise", "vector") else 0  # vela 5.2 counts FC weights
     sh = _up(min(oh, arch.ofm_block_max[1]), uh)
     sw = _up(min(ow, arch.ofm_block_max[0]), uw)
     sd = _up(min(oc, arch.ofm_block_max[2]), ud)
@@ -344,10 +346,17 @@ def _min4(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _transfer(arch: EthosUArch, read: bool, area: str, brick: bool, bits: int,
-              block: tuple[int, ...], nbytes: float) -> float:
-    """Bytes as the memory sees them: ``nbytes * burst / min(burst, contiguous bytes)``."""
+              block: tuple[int, ...], nbytes: float, shape: tuple[int, ...] | None = None) -> float:
+    """Bytes as the memory sees them: ``nbytes * burst / min(burst, contiguous bytes)`` (vela's
+    EstimateMemoryTransfer). One access of a ``block`` of a tensor of ``shape`` is contiguous over
+    the block's depth (NHWC) or 16 channels times its width (NHCWB16), and over the whole block row
+    (width x depth) when the tensor's row stride equals the block depth (vela compares the stride in
+    bytes with the depth in elements: a block as deep as an 8-bit tensor)."""
     _, _, bw, bd = block
-    if brick:
+    row = shape is not None and (shape[2] * bits * 16 // 8 if brick else shape[3] * bits // 8) == bd
+    if row and (brick or read or bd <= 16):
+        burst = bits * bw * bd
+    elif brick:
         burst = 16 * bits * bw if read else 16 * bits * bw * arch.cores
     elif read:
         burst = bits * bd
@@ -364,9 +373,9 @@ def _block_memory_cycles(arch: EthosUArch, q: LayerQuery, cfg: BlockConfig) -> t
     ob = _min4(q.ofm, cfg.ofm_block)
     mi, mo = arch.memory(q.ifm_area), arch.memory(q.ofm_area)
     ifm = mi.read_latency + _transfer(arch, True, q.ifm_area, q.ifm_brick, q.ifm_bits, cfg.ifm_block,
-                                      math.prod(ib)) / mi.bytes_per_cycle
+                                      math.prod(ib), q.ifm) / mi.bytes_per_cycle
     ofm = mo.write_latency + _transfer(arch, False, q.ofm_area, q.ofm_brick, q.ofm_bits, cfg.ofm_block,
-                                       math.prod(ob)) / mo.bytes_per_cycle
+                                       math.prod(ob), q.ofm) / mo.bytes_per_cycle
     return ifm, ofm
 
 
@@ -423,9 +432,9 @@ def conv_cycles(arch: EthosUArch, q: LayerQuery, cfg: BlockConfig, const_area: s
     for ky in sub_y:
         for kx in sub_x:
             elems = ky * kx
-            if q.block_type == "pooling":  # 4 cycles per kernel element and micro-block, as vela 5.2 measures
+            if q.block_type == "pooling":  # vela 5.2: max(4, kernel) x IFM bits / 2 per micro-block
                 steps = 1
-                cyc = 4 * elems * uxy * uz * (2 if q.ifm_bits == 16 and arch.macs > 32 else 1)
+                cyc = max(4, elems) * uxy * uz * (q.ifm_bits // 2 if arch.macs > 32 else 1)
             elif q.block_type == "depthwise":
                 steps = _div(elems, 4)
                 cyc = max(wb, 4 * uxy * (2 if q.ifm_bits == 16 else 1)) * steps * uz
@@ -442,10 +451,10 @@ def conv_cycles(arch: EthosUArch, q: LayerQuery, cfg: BlockConfig, const_area: s
     if q.block_type in ("conv", "vector", "reduce_sum"):
         dpu *= _div(q.ifm[3], ib[3])
     dpu /= arch.cores
-    n_blocks = math.prod(_div(a, b) for a, b in zip(q.ofm, cfg.ofm_block, strict=True))
-    out = math.ceil(output_cycles_per_elem(arch, q, cfg) * math.prod(cfg.ofm_block))
+    n_blocks = math.prod(_div(a, b) for a, b in zip(q.ofm, ob, strict=True))
+    out = int(output_cycles_per_elem(arch, q, cfg) * math.prod(ob))  # the block clipped to the OFM
     if q.has_bias:
-        out = max(out, 10 * cfg.ofm_block[3] * arch.memory(const_area or arch.constants).read_latency / 256)
+        out = max(out, 10 * ob[3] * arch.memory(const_area or arch.constants).read_latency // 256)
     i_c, o_c = _block_memory_cycles(arch, q, cfg)
     cmd = (i_c + o_c + out + dpu) / 4
     dpu, out = max(dpu, cmd), max(out, cmd)
@@ -480,12 +489,13 @@ def access_cycles(arch: EthosUArch, q: LayerQuery, cfg: BlockConfig | None,
     ofm_elems = math.prod(_round_c(q.ofm, q.ofm_brick))
     blk_o = cfg.ofm_block if cfg is not None else (1, 1, 1, q.ofm[3])
     blk_i = cfg.ifm_block if cfg is not None else (1, 1, 1, q.ifm[3])
-    add(q.ofm_area, _transfer(arch, False, q.ofm_area, q.ofm_brick, q.ofm_bits, blk_o, ofm_elems * q.ofm_bits / 8))
+    add(q.ofm_area, _transfer(arch, False, q.ofm_area, q.ofm_brick, q.ofm_bits, blk_o, ofm_elems * q.ofm_bits / 8,
+                              q.ofm))
     if q.block_type == "elementwise":
         rounded = math.prod(_round_c(q.ofm, q.ifm_brick))
         if math.prod(q.ifm) > 1:
             add(q.ifm_area, _transfer(arch, True, q.ifm_area, q.ifm_brick, q.ifm_bits, blk_i,
-                                      rounded * q.ifm_bits / 8))
+                                      rounded * q.ifm_bits / 8, q.ifm))
         if q.ifm2 is not None and (math.prod(q.ifm2) > 1 or math.prod(q.ifm) == 1):
             n2 = math.prod(_round_c(q.ofm, q.ifm2_brick))
             if q.ifm2_const_mul:
@@ -495,7 +505,7 @@ def access_cycles(arch: EthosUArch, q: LayerQuery, cfg: BlockConfig | None,
                     / min(arch.memory(q.ifm2_area).burst_bytes, max(1, q.ifm2[3])))
             else:
                 add(q.ifm2_area, _transfer(arch, True, q.ifm2_area, q.ifm2_brick, q.ifm_bits, blk_i,
-                                           n2 * q.ifm_bits / 8))
+                                           n2 * q.ifm_bits / 8, q.ifm2))
     else:
         ob = _min4(q.ofm, cfg.ofm_block)
         ib = _min4(q.ifm, cfg.ifm_block)
@@ -508,7 +518,7 @@ def access_cycles(arch: EthosUArch, q: LayerQuery, cfg: BlockConfig | None,
         subk = _div(q.kernel[1], SUBKERNEL_MAX[0]) * _div(q.kernel[0], SUBKERNEL_MAX[1])
         ifm_fetch = ib[1] * ib[2] * _round_c(q.ifm, q.ifm_brick)[3]
         add(q.ifm_area, _transfer(arch, True, q.ifm_area, q.ifm_brick, q.ifm_bits, cfg.ifm_block,
-                                  ifm_fetch * subk * n_blocks * q.ifm_bits / 8))
+                                  ifm_fetch * subk * n_blocks * q.ifm_bits / 8, q.ifm))
         if q.block_type not in ("pooling", "reduce_sum") and not buffered:
             k = q.kernel[0] * q.kernel[1]
             kernel_read = k if q.block_type == "depthwise" else k * q.ifm[3]
@@ -528,8 +538,84 @@ def weight_dma_cycles(arch: EthosUArch, nbytes: float) -> float:
     return max(nbytes / src.bytes_per_cycle + src.read_latency, nbytes / dst.bytes_per_cycle)
 
 
+def _dependency_fit(shape: tuple[int, int, int, int], arch: EthosUArch) -> tuple[int, int, int, int]:
+    """The shape vela searches a MatMul part's block on: its W (or H when H exceeds the block
+    limit) cut in three or two, so that several blocks hide the dependency between the parts."""
+    n, h, w, c = shape
+    axis, limit = (1, arch.ofm_block_max[1]) if h > arch.ofm_block_max[1] else (2, arch.ofm_block_max[0])
+    dims = [n, h, w, c]
+    if dims[axis] <= limit:
+        for divider in (3, 2):
+            if dims[axis] >= 4 * divider:
+                dims[axis] = _div(dims[axis], divider)
+                break
+    return (dims[0], dims[1], dims[2], dims[3])
+
+
+def _matmul(arch: EthosUArch, q: LayerQuery) -> LayerCycles:
+    """A MatMul of two feature maps as vela's C++ core runs it on an Ethos-U55/U65, which has no
+    matrix engine for a second activation operand (regor's EstimateMatMulCycles): for each of the
+    N columns of the output, an elementwise Mul of A (1 x B x M x K) by that column of the other
+    operand broadcast over the M rows, its 32-bit products in a scratch buffer, then a ReduceSum
+    over K into the column:
+
+        npu = N * (cycles(Mul: A x A -> int32) + cycles(ReduceSum: A -> 1 x B x M x 1))      (6)
+
+    Each part's block is searched on the dependency-fitted shape (``_dependency_fit``). Memory
+    (vela's MeasureElementAccess): A is read once per column, the other operand once, the scratch
+    written and read once per column (A x N elements each way), the output written once."""
+    n_cols = q.ifm2[2] if q.ifm2 is not None else 1
+    a = q.ifm
+    nhwc = {"ifm_brick": False, "ifm2_brick": False, "ofm_brick": False, "activation": "none", "repeats": 1}
+    mul = replace(q, block_type="elementwise", ifm2=a, ofm=a, ofm_bits=32, output_kind="mul",
+                  ofm_area=arch.feature_maps, **nhwc)
+    red = replace(q, block_type="reduce_sum", ifm2=None, ofm=(a[0], a[1], a[2], 1), ifm_area=arch.feature_maps,
+                  **nhwc)
+    fit = _dependency_fit(a, arch)
+    mul_cfg = block_config(arch, replace(mul, ifm=fit, ifm2=(1, a[1], 1, a[3]), ofm=fit))
+    red_cfg = block_config(arch, replace(red, ifm=fit, ofm=_dependency_fit(red.ofm, arch)))
+    if mul_cfg is None or red_cfg is None:
+        raise ValueError(f"no OFM block of a MatMul with OFM {q.ofm} fits {arch.shram_banks} SHRAM banks")
+    mul_npu = math.ceil(output_cycles_per_elem(arch, mul, mul_cfg) * math.prod(a))
+    npu = (mul_npu + int(conv_cycles(arch, red, red_cfg))) * n_cols
+    ofm = replace(q, **nhwc)
+    scaled = {q.ofm_area: _transfer(arch, False, q.ofm_area, False, q.ofm_bits, red_cfg.ofm_block,
+                                    math.prod(q.ofm) * q.ofm_bits / 8, ofm.ofm)}
+    reads = [(q.ifm_area, a, math.prod(a) * n_cols), (q.ifm2_area, q.ifm2 or a, math.prod(q.ifm2 or a))]
+    for area, shape, elems in reads:
+        scaled[area] = scaled.get(area, 0.0) + _transfer(arch, True, area, False, q.ifm_bits, red_cfg.ifm_block,
+                                                         elems * q.ifm_bits / 8, shape)
+    scaled[arch.feature_maps] = scaled.get(arch.feature_maps, 0.0) + 2 * math.prod(a) * n_cols
+    access = {area: b / arch.memory(area).bytes_per_cycle * q.repeats for area, b in scaled.items()}
+    k = a[3]
+    return LayerCycles(npu * q.repeats, access, int(math.prod(q.ofm) * k) * q.repeats)
+
+
+def _transpose(arch: EthosUArch, q: LayerQuery) -> LayerCycles:
+    """A Transpose (a compound operation of vela's C++ core, costed on its memory traffic): the
+    slower of reading the IFM and writing the OFM, each with its memory's latency, against the
+    access cycles of both (NHWC, burst-scaled on the copy's block):
+
+        npu = max(ifm_bytes / bw + read_latency, ofm_bytes / bw + write_latency)               (7)"""
+    t = replace(q, block_type="pooling", ifm=q.ofm, ifm_brick=False, ofm_brick=False, activation="none")
+    cfg = block_config(arch, t)
+    blk = cfg.ofm_block if cfg is not None else (1, 1, 1, q.ofm[3])
+    mi, mo = arch.memory(q.ifm_area), arch.memory(q.ofm_area)
+    rd = _transfer(arch, True, q.ifm_area, False, q.ifm_bits, blk, math.prod(q.ifm) * q.ifm_bits / 8, q.ifm)
+    wr = _transfer(arch, False, q.ofm_area, False, q.ofm_bits, blk, math.prod(q.ofm) * q.ofm_bits / 8, q.ofm)
+    npu = max(rd / mi.bytes_per_cycle + mi.read_latency, wr / mo.bytes_per_cycle + mo.write_latency)
+    access: dict[str, float] = {}
+    for area, nbytes in ((q.ifm_area, rd), (q.ofm_area, wr)):
+        access[area] = access.get(area, 0.0) + nbytes / arch.memory(area).bytes_per_cycle * q.repeats
+    return LayerCycles(int(npu) * q.repeats, access, 0)
+
+
 def estimate(arch: EthosUArch, q: LayerQuery) -> LayerCycles:
     """The cycles of one operation (equation 1); raises ValueError when no block fits SHRAM."""
+    if q.block_type == "matmul":
+        return _matmul(arch, q)
+    if q.block_type == "transpose":
+        return _transpose(arch, q)
     cfg = block_config(arch, q)
     if cfg is None:
         raise ValueError(f"no OFM block of a {q.block_type} layer with OFM {q.ofm} fits {arch.shram_banks} "
