@@ -149,6 +149,7 @@ class CostModel:
             else float(npu.sram_bytes)
         self._cpu_flops = target.cpu.peak_gflops * 1e3  # flops per us
         self._mapper: tuple[GraphFacts, LayerMapper] | None = None
+        self._cycles: tuple[GraphFacts, dict[str, tuple[float, float, int, float]]] | None = None
         self._arch = _effective_arch(target)
 
     # -- NPU ---------------------------------------------------------------------------------
@@ -221,17 +222,37 @@ class CostModel:
             self._mapper = (facts, mapper)
         return self._mapper[1].queries(f)
 
-    def ethos_u_cost(self, f: NodeFacts, facts: GraphFacts) -> OpCost:
-        """Cost of a node on an Ethos-U: the sum over its operations of vela's estimate,
-        max(NPU cycles, each memory's access cycles), at the NPU clock."""
-        arch = self._arch
-        npu = self.target.npu
-        compute = total = 0.0
+    def _ethos_u_cycles(self, f: NodeFacts, facts: GraphFacts) -> tuple[float, float, int]:
+        """(NPU cycles, total cycles, MACs) of a node's Ethos-U operations in schedule order: each
+        operation's weight DMA may start under the one before it (``slack``, equation 5 of
+        engine.hw.ethos_u), so the nodes are estimated in ``facts.order`` from the nearest one
+        already known (memoized per graph facts)."""
+        if self._cycles is None or self._cycles[0] is not facts:
+            self._cycles = (facts, {})
+        known = self._cycles[1]
+        if f.name in known:
+            return known[f.name]
+        pos = {g.name: i for i, g in enumerate(facts.order)}
+        i = pos.get(f.name)
+        if i is None:
+            return self._node_cycles(f, facts, 0.0)
+        start = i
+        while start > 0 and facts.order[start - 1].name not in known:
+            start -= 1
+        slack = known[facts.order[start - 1].name][3] if start > 0 else 0.0
+        for g in facts.order[start:i + 1]:
+            npu_c, total, macs, last = self._node_cycles(g, facts, slack)
+            known[g.name] = (npu_c, total, macs, last if last else slack)
+            slack = known[g.name][3]
+        return known[f.name]
+
+    def _node_cycles(self, f: NodeFacts, facts: GraphFacts, slack: float) -> tuple[float, float, int, float]:
+        """(NPU cycles, total cycles, MACs, the last operation's total) of one node."""
+        compute = total = last = 0.0
         macs = 0
-        nbytes = 0
         for q in self.ethos_u_layers(f, facts):
             try:
-                c = ethos_u.estimate(arch, q)
+                c = ethos_u.estimate(self._arch, q, slack)
             except ValueError as exc:
                 from engine.errors import InputError
 
@@ -240,6 +261,16 @@ class CostModel:
             compute += c.npu
             total += c.total
             macs += c.macs
+            slack = last = c.total
+        return compute, total, macs, last
+
+    def ethos_u_cost(self, f: NodeFacts, facts: GraphFacts) -> OpCost:
+        """Cost of a node on an Ethos-U: the sum over its operations of vela's estimate,
+        max(NPU cycles, each memory's access cycles), at the NPU clock."""
+        arch = self._arch
+        npu = self.target.npu
+        nbytes = 0
+        compute, total, macs = self._ethos_u_cycles(f, facts)[:3]
         compute_us = compute / npu.clock_mhz
         total_us = total / npu.clock_mhz
         memory_us = total_us if total > compute else 0.0

@@ -50,9 +50,12 @@ arena (SRAM). A LUT activation first copies its table from constant memory to SH
 
 **Weight buffering.** Weights read in place cost their memory once per OFM block. vela's
 scheduler may instead DMA them into SRAM first, in OFM-depth slices and double-buffered, so
-that only the first slice delays compute; the estimate takes whichever of the two is faster:
+that only the first slice delays compute, and it starts that first slice during the previous
+operation (regor's ProposeWeightBuffering pre-buffers as much as the previous operation's cycles,
+its slack, cover); the estimate takes whichever of the two is faster:
 
-    npu_buffered = max(transfer(encoded weights), npu + transfer(first slice))       (5)
+    pre = min(transfer(encoded weights), slack)
+    npu_buffered = max(transfer(encoded weights) - pre, npu + max(0, transfer(first slice) - pre))   (5)
 
 The micro-architecture numbers (MACs, micro-blocks, SHRAM banks and granules, output cycles
 per element per op kind) are data in the target YAML's ``ethos_u`` section, the memory system
@@ -122,6 +125,7 @@ class EthosUArch:
     constants: str = "flash"
     graph_io: str = "sram"
     spill: str | None = None
+    scratch: str = "sram"
     always_buffer_weights: bool = False
     weight_compression: float = 1.0
     lut_pass_cycles_per_elem: float | None = None
@@ -561,16 +565,17 @@ def _matmul(arch: EthosUArch, q: LayerQuery) -> LayerCycles:
 
         npu = N * (cycles(Mul: A x A -> int32) + cycles(ReduceSum: A -> 1 x B x M x 1))      (6)
 
-    Each part's block is searched on the dependency-fitted shape (``_dependency_fit``). Memory
-    (vela's MeasureElementAccess): A is read once per column, the other operand once, the scratch
-    written and read once per column (A x N elements each way), the output written once."""
+    Each part's block is searched on the dependency-fitted shape (``_dependency_fit``). The scratch
+    lives in ``memory.scratch`` (vela's arena: DRAM in the Dedicated_Sram modes, whose latency the
+    Mul's and the ReduceSum's per-block commands then wait on). Memory (vela's
+    MeasureElementAccess): A is read once per column, the other operand once, the scratch written
+    and read once per column (A x N elements each way), the output written once."""
     n_cols = q.ifm2[2] if q.ifm2 is not None else 1
     a = q.ifm
     nhwc = {"ifm_brick": False, "ifm2_brick": False, "ofm_brick": False, "activation": "none", "repeats": 1}
     mul = replace(q, block_type="elementwise", ifm2=a, ofm=a, ofm_bits=32, output_kind="mul",
-                  ofm_area=arch.feature_maps, **nhwc)
-    red = replace(q, block_type="reduce_sum", ifm2=None, ofm=(a[0], a[1], a[2], 1), ifm_area=arch.feature_maps,
-                  **nhwc)
+                  ofm_area=arch.scratch, **nhwc)
+    red = replace(q, block_type="reduce_sum", ifm2=None, ofm=(a[0], a[1], a[2], 1), ifm_area=arch.scratch, **nhwc)
     fit = _dependency_fit(a, arch)
     mul_cfg = block_config(arch, replace(mul, ifm=fit, ifm2=(1, a[1], 1, a[3]), ofm=fit))
     red_cfg = block_config(arch, replace(red, ifm=fit, ofm=_dependency_fit(red.ofm, arch)))
@@ -585,7 +590,7 @@ def _matmul(arch: EthosUArch, q: LayerQuery) -> LayerCycles:
     for area, shape, elems in reads:
         scaled[area] = scaled.get(area, 0.0) + _transfer(arch, True, area, False, q.ifm_bits, red_cfg.ifm_block,
                                                          elems * q.ifm_bits / 8, shape)
-    scaled[arch.feature_maps] = scaled.get(arch.feature_maps, 0.0) + 2 * math.prod(a) * n_cols
+    scaled[arch.scratch] = scaled.get(arch.scratch, 0.0) + 2 * math.prod(a) * n_cols
     access = {area: b / arch.memory(area).bytes_per_cycle * q.repeats for area, b in scaled.items()}
     k = a[3]
     return LayerCycles(npu * q.repeats, access, int(math.prod(q.ofm) * k) * q.repeats)
@@ -610,8 +615,10 @@ def _transpose(arch: EthosUArch, q: LayerQuery) -> LayerCycles:
     return LayerCycles(int(npu) * q.repeats, access, 0)
 
 
-def estimate(arch: EthosUArch, q: LayerQuery) -> LayerCycles:
-    """The cycles of one operation (equation 1); raises ValueError when no block fits SHRAM."""
+def estimate(arch: EthosUArch, q: LayerQuery, slack: float = 0.0) -> LayerCycles:
+    """The cycles of one operation (equation 1); raises ValueError when no block fits SHRAM.
+    ``slack``: cycles of the operation before it, under which its weights' DMA can start
+    (equation 5)."""
     if q.block_type == "matmul":
         return _matmul(arch, q)
     if q.block_type == "transpose":
@@ -633,11 +640,13 @@ def estimate(arch: EthosUArch, q: LayerQuery) -> LayerCycles:
     if not q.weight_bytes or q.block_type not in ("conv", "depthwise", "vector") or arch.constants == arch.feature_maps:
         return direct
     # Weight buffering: DMA the encoded weights into SRAM in OFM-depth slices, double-buffered,
-    # so the transfer overlaps compute except for the first slice:
-    #     npu' = max(full transfer, npu + first slice's transfer)
+    # so the transfer overlaps compute except for what the previous operation's cycles (slack)
+    # could not pre-buffer of the first slice:
+    #     npu' = max(full transfer - pre-buffered, npu + max(0, first slice's transfer - slack))
     full = weight_dma_cycles(arch, encoded_weight_bytes(arch, q))
     first = full * min(1.0, cfg.ofm_block[3] / max(1, q.ofm[3])) if q.ofm[3] > cfg.ofm_block[3] else full
     npu = int(conv_cycles(arch, q, cfg, arch.feature_maps)) + lut  # scales and biases now in SRAM
-    buffered = LayerCycles(max(full, npu + first) * q.repeats, access_cycles(arch, q, cfg, buffered=True),
-                           macs_of(q))
+    pre = min(full, slack)
+    buffered = LayerCycles(max(full - pre, npu + max(0.0, first - pre)) * q.repeats,
+                           access_cycles(arch, q, cfg, buffered=True), macs_of(q))
     return buffered if (arch.always_buffer_weights or buffered.total < direct.total) else direct
