@@ -46,7 +46,7 @@ width x clock scale: SRAM 8 B/cycle, off-chip flash 1 B/cycle on the U55 high-en
 system). The IFM is read once per OFM block and sub-kernel, weights once per OFM block in XY,
 biases and scales once (vela's ``measure_element_access``). Weights and constant tensors live
 where the memory mode puts constants (off-chip flash for Shared_Sram); feature maps in the
-arena (SRAM). A LUT activation first copies its table from constant memory to SHRAM.
+arena (SRAM). A LUT activation's table takes SHRAM banks; vela 5.2 counts no cycles for its DMA.
 
 **Weight buffering.** Weights read in place cost their memory once per OFM block. vela's
 scheduler may instead DMA them into SRAM first, in OFM-depth slices and double-buffered, so
@@ -81,7 +81,6 @@ SHRAM_ELEMENTS = ("ifm8", "ifm16", "ifm8_elementwise", "ifm16_elementwise", "ifm
 SHRAM_BANK_BYTES = 1024
 SUBKERNEL_MAX = (8, 8)  # (height, width)
 OFM_SPLIT_DEPTH = 16
-LUT_BYTES = {8: 256, 16: 2048}
 BIAS_BYTES = 10  # an encoded scale and bias per output channel
 
 
@@ -320,8 +319,8 @@ def _search_block(arch: EthosUArch, q: LayerQuery) -> BlockConfig | None:
                 ifetch = ih * iw * ifm[3] * ifm_repeats * frac[0] * frac[1]
                 if not _equal_depth(q):
                     ifetch *= full[2]
-                if q.block_type == "elementwise":  # ties to the deepest block (longer bursts)
-                    cost = max(ofm_elems / (h * w * depth), 1) * (2 - min(depth, oc) / oc)
+                if q.block_type == "elementwise":  # the fewest blocks; ties keep the shallower one found first
+                    cost = ofm_elems / (h * w * depth)
                 else:
                     cost = (ifetch + wfetch) / ofm_elems
                     cost *= (full[0] * h * full[1] * w * full[2] * depth) / (oh * ow * oc)  # padding
@@ -627,15 +626,11 @@ def estimate(arch: EthosUArch, q: LayerQuery, slack: float = 0.0) -> LayerCycles
     if cfg is None:
         raise ValueError(f"no OFM block of a {q.block_type} layer with OFM {q.ofm} fits {arch.shram_banks} "
                          "SHRAM banks")
-    lut = 0.0
-    if q.activation == "lut":  # the table's DMA from constant memory into SHRAM
-        mem = arch.memory(arch.constants)
-        lut = LUT_BYTES.get(q.ofm_bits, 256) / mem.bytes_per_cycle + mem.read_latency
     if q.block_type == "elementwise":
         per = output_cycles_per_elem(arch, q, cfg)
-        npu = math.ceil(per * math.prod(_round_c(q.ofm, q.ofm_brick))) + lut
+        npu = math.ceil(per * math.prod(_round_c(q.ofm, q.ofm_brick)))
     else:
-        npu = int(conv_cycles(arch, q, cfg)) + lut
+        npu = int(conv_cycles(arch, q, cfg))
     direct = LayerCycles(npu * q.repeats, access_cycles(arch, q, cfg), macs_of(q))
     if not q.weight_bytes or q.block_type not in ("conv", "depthwise", "vector") or arch.constants == arch.feature_maps:
         return direct
@@ -645,7 +640,7 @@ def estimate(arch: EthosUArch, q: LayerQuery, slack: float = 0.0) -> LayerCycles
     #     npu' = max(full transfer - pre-buffered, npu + max(0, first slice's transfer - slack))
     full = weight_dma_cycles(arch, encoded_weight_bytes(arch, q))
     first = full * min(1.0, cfg.ofm_block[3] / max(1, q.ofm[3])) if q.ofm[3] > cfg.ofm_block[3] else full
-    npu = int(conv_cycles(arch, q, cfg, arch.feature_maps)) + lut  # scales and biases now in SRAM
+    npu = int(conv_cycles(arch, q, cfg, arch.feature_maps))  # scales and biases now in SRAM
     pre = min(full, slack)
     buffered = LayerCycles(max(full - pre, npu + max(0.0, first - pre)) * q.repeats,
                            access_cycles(arch, q, cfg, buffered=True), macs_of(q))

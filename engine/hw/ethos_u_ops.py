@@ -300,37 +300,46 @@ class LayerMapper:
         return out
 
     def _q_Softmax(self, f: Any) -> list[LayerQuery]:
-        """vela's int8 softmax over the last axis (rows x depth): a max pool along each row, x - max
-        through a LUT exponent into 32 bits, a shift, a sum over each row, sixteen 32-bit steps per
-        row for the reciprocal (Newton-Raphson), then a 32-bit multiply, add and shift of every
-        element."""
+        """vela's int8 softmax over the last axis, in the shapes and formats its C++ core writes
+        (x as 1 x H x W x depth): a max pool along each row (the rows in H, the depth in W), x - max
+        through a LUT exponent into 32-bit bricks (NHCWB16), a shift by a 32-bit scalar constant, a
+        sum over each row, sixteen 32-bit steps per row for the reciprocal (Newton-Raphson), then a
+        32-bit multiply of every element by its row's reciprocal, an add of a rounding constant that
+        vela materializes at the full shape in constant memory (32 bits per element: on a U55 it
+        streams from flash), and the final shift into int8."""
         s = nhwc(f.outputs[0].type.shape, False)
         rows, depth = s[0] * s[1] * s[2], s[3]
-        full, row = (1, rows, depth, 1), (1, rows, 1, 1)
-        out = [self._base(f, "pooling", full, row, kernel=(1, depth), output_kind="maxpool")]
-        exp = self._base(f, "elementwise", full, full, output_kind="add")
-        exp.ifm2, exp.activation, exp.ofm_bits = row, "lut", 32
-        out.append(exp)
-        shift = self._base(f, "elementwise", full, full)
-        shift.ifm_bits = shift.ofm_bits = 32
-        shift.ifm2 = (1, 1, 1, 1)
-        out.append(shift)
-        total = self._base(f, "reduce_sum", (1, rows, 1, depth), row)
-        total.ifm_bits = 32
-        out.append(total)
-        for kind in ("other", "add", "add", "other") + ("mul", "add", "mul", "add") * 3:
-            q = self._base(f, "elementwise", row, row, output_kind=kind)
-            q.ifm_bits = q.ofm_bits = 32
-            q.ifm2 = row
-            out.append(q)
-        for kind in ("mul", "add", "other"):
-            q = self._base(f, "elementwise", full, full, output_kind=kind)
-            q.ifm_bits, q.ofm_bits, q.ifm2 = 32, 32, row
-            out.append(q)
-        for q in out:
-            q.activation = "lut" if q is exp else "none"
-            q.ifm_brick = q.ofm_brick = False
-        return out
+        x = (1, s[0] * s[1], s[2], depth)
+        per_row = (1, x[1], x[2], 1)
+        row = (1, rows, 1, 1)
+
+        def ew(ifm: tuple[int, int, int, int], ifm2: tuple[int, int, int, int], kind: str, bits: int = 32,
+               ofm_bits: int = 32) -> LayerQuery:
+            q = self._base(f, "elementwise", ifm, x if ifm2 != row else row, output_kind=kind)
+            q.ifm2, q.ifm_bits, q.ofm_bits = ifm2, bits, ofm_bits
+            q.ifm_brick = q.ifm2_brick = q.ofm_brick = False
+            q.activation = "none"
+            return q
+
+        peak = self._base(f, "pooling", (1, rows, depth, 1), row, kernel=(1, depth), output_kind="maxpool")
+        peak.ifm_brick = peak.ofm_brick = False
+        peak.activation = "none"
+        exp = ew(x, per_row, "add", bits=8)
+        exp.activation, exp.ofm_brick = "lut", True
+        shift = ew(x, (1, 1, 1, 1), "other")
+        shift.ifm_brick, shift.ifm2_area = True, self.const
+        total = self._base(f, "reduce_sum", x, per_row)
+        total.ifm_bits, total.ofm_bits, total.activation = 32, 32, "none"
+        total.ifm_brick = total.ofm_brick = False
+        out = [peak, exp, shift, total]
+        out += [ew(row, row, kind) for kind in ("other", "add", "add", "other") + ("mul", "add", "mul", "add") * 3]
+        mul = ew(x, per_row, "mul")
+        mul.ifm_brick = mul.ofm_brick = True
+        rounding = ew(x, x, "add")  # the constant is vela's IFM, the products its IFM2
+        rounding.ifm_area, rounding.ifm2_brick, rounding.ofm_brick = self.const, True, True
+        final = ew(x, per_row, "other", ofm_bits=8)
+        final.ifm_brick = True
+        return [*out, mul, rounding, final]
 
     def _q_Pad(self, f: Any) -> list[LayerQuery]:
         cons = self.facts.consumers(f.outputs[0])
