@@ -1,7 +1,9 @@
 """Cycles of one Ethos-U layer, with the structure of vela's performance estimate.
 
-Arm's vela (``ethosu/vela/npu_performance.py``) estimates each NPU operation as the largest of
-its compute cycles and the cycles each memory needs for the bytes the operation moves:
+Arm's vela (``ethosu/vela/npu_performance.py``; in vela 5 its C++ core regor,
+``ethos_u55_performance.cpp`` and ``ethos_u55.cpp``, which U65 shares) estimates each NPU
+operation as the largest of its compute cycles and the cycles each memory needs for the bytes
+the operation moves:
 
     total = max(npu, sram_access, dram_access, flash_access)                        (1)
 
@@ -9,7 +11,8 @@ its compute cycles and the cycles each memory needs for the bytes the operation 
 of the candidate shapes (multiples of the OFM micro-block, at most 64x32x128 W x H x C) whose
 IFM block, double-buffered, and accumulators, double-buffered, fit the shared buffer (SHRAM:
 ``shram_banks`` banks of 1 KiB, each area rounded up to its bank granule) and which reads the
-fewest IFM and weight elements per OFM element:
+fewest IFM and weight elements per OFM element (vela 5.2 counts a FullyConnected's weights too;
+an elementwise op takes the fewest blocks, ties keeping the shallower block found first):
 
     ifm_block_h = (ofm_block_h - 1) * stride_y + min(dilated_kernel_h, 8)          (2)
     cost = (ifm_block_wh * C_in * n_blocks_wh [* n_blocks_c] + weights_fetched) / ofm_elements
@@ -30,7 +33,7 @@ channels for the part-kernel method vela picks for shallow IFMs):
 
 plus a pipeline delay when a block is a single micro-block. The output stage costs
 ``output_cycles_per_elem[op]`` (or the activation's, whichever is larger) per OFM element of the
-block; a block's command overhead is a quarter of (IFM block + OFM block memory latency and
+block clipped to the OFM; a block's command overhead is a quarter of (IFM block + OFM block memory latency and
 transfer + both stages). Compute and output overlap across blocks:
 
     npu = max(dpu_blk, out_blk) * n_blocks + min(dpu_blk, out_blk)                   (4)
@@ -41,7 +44,7 @@ cycles_per_elem is at least a quarter of one block's memory-latency-bound comman
 **Memory.** Each tensor's bytes are scaled by its burst efficiency, ``burst_length /
 min(burst_length, contiguous_bytes)``, where contiguous_bytes is what one block access reads
 or writes in a row (NHWC: block depth; vela's brick format NHCWB16 between NPU ops: 16 channels
-times the block width), and divided by the bytes per cycle of the memory it lives in (AXI port
+times the block width; the whole block row when the tensor is exactly as deep), and divided by the bytes per cycle of the memory it lives in (AXI port
 width x clock scale: SRAM 8 B/cycle, off-chip flash 1 B/cycle on the U55 high-end embedded
 system). The IFM is read once per OFM block and sub-kernel, weights once per OFM block in XY,
 biases and scales once (vela's ``measure_element_access``). Weights and constant tensors live
@@ -56,6 +59,10 @@ its slack, cover); the estimate takes whichever of the two is faster:
 
     pre = min(transfer(encoded weights), slack)
     npu_buffered = max(transfer(encoded weights) - pre, npu + max(0, transfer(first slice) - pre))   (5)
+
+**Compound operations** (regor's, no single NPU block): a MatMul of two feature maps is a Mul
+and a ReduceSum per output column (equation 6, ``_matmul``), a Transpose costs its memory
+traffic (equation 7, ``_transpose``).
 
 The micro-architecture numbers (MACs, micro-blocks, SHRAM banks and granules, output cycles
 per element per op kind) are data in the target YAML's ``ethos_u`` section, the memory system
