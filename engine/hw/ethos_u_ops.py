@@ -256,7 +256,10 @@ class LayerMapper:
         rows = max(1, math.prod(xs) // max(1, inner))
         ifm = (1, rows, reduced if reduced == inner else inner, 1)
         ofm = (1, rows, 1, 1)
-        return [self._base(f, "depthwise", ifm, ofm, kernel=(1, ifm[2]), has_bias=True)]
+        q = self._base(f, "depthwise", ifm, ofm, kernel=(1, ifm[2]), has_bias=True)
+        q.ifm_brick = q.ofm_brick = False  # a reshaped tensor is NHWC (vela's brick format keeps the shape)
+        q.ofm_bits = 32  # the sum, rescaled by a Mul of its own
+        return [q]
 
     def _elementwise(self, f: Any) -> list[LayerQuery]:
         y = f.outputs[0]
