@@ -149,7 +149,7 @@ class CostModel:
             else float(npu.sram_bytes)
         self._cpu_flops = target.cpu.peak_gflops * 1e3  # flops per us
         self._mapper: tuple[GraphFacts, LayerMapper] | None = None
-        self._cycles: tuple[GraphFacts, dict[str, tuple[float, float, int, float]]] | None = None
+        self._cycles: tuple[GraphFacts, dict[str, tuple[float, float, int, float]], dict[str, int]] | None = None
         self._arch = _effective_arch(target)
 
     # -- NPU ---------------------------------------------------------------------------------
@@ -222,28 +222,37 @@ class CostModel:
             self._mapper = (facts, mapper)
         return self._mapper[1].queries(f)
 
-    def _ethos_u_cycles(self, f: NodeFacts, facts: GraphFacts) -> tuple[float, float, int]:
-        """(NPU cycles, total cycles, MACs) of a node's Ethos-U operations in schedule order: each
-        operation's weight DMA may start under the one before it (``slack``, equation 5 of
-        engine.hw.ethos_u), so the nodes are estimated in ``facts.order`` from the nearest one
-        already known (memoized per graph facts)."""
+    def _ethos_u_cycles(self, f: NodeFacts, facts: GraphFacts) -> tuple[float, float, int, float]:
+        """(NPU cycles, total cycles, MACs, last operation's total) of a node's Ethos-U operations.
+        An operation with weights may start their DMA under the operation before it (``slack``,
+        equation 5 of engine.hw.ethos_u), so such a node needs the previous costed node first:
+        the chain back to a node without weights (or one already known) is estimated in
+        ``facts.order`` (memoized per graph facts)."""
         if self._cycles is None or self._cycles[0] is not facts:
-            self._cycles = (facts, {})
-        known = self._cycles[1]
+            self._cycles = (facts, {}, {g.name: i for i, g in enumerate(facts.order)})
+        _, known, pos = self._cycles
         if f.name in known:
             return known[f.name]
-        pos = {g.name: i for i, g in enumerate(facts.order)}
-        i = pos.get(f.name)
-        if i is None:
-            return self._node_cycles(f, facts, 0.0)
-        start = i
-        while start > 0 and facts.order[start - 1].name not in known:
-            start -= 1
-        slack = known[facts.order[start - 1].name][3] if start > 0 else 0.0
-        for g in facts.order[start:i + 1]:
-            npu_c, total, macs, last = self._node_cycles(g, facts, slack)
-            known[g.name] = (npu_c, total, macs, last if last else slack)
-            slack = known[g.name][3]
+
+        def previous(g: NodeFacts) -> NodeFacts | None:
+            i = pos.get(g.name, 0) - 1
+            while i >= 0 and not self.ethos_u_layers(facts.order[i], facts):
+                i -= 1
+            return facts.order[i] if i >= 0 else None
+
+        def weighted(g: NodeFacts) -> bool:
+            return any(q.weight_bytes for q in self.ethos_u_layers(g, facts))
+
+        chain, g = [f], f
+        while weighted(g):
+            p = previous(g)
+            if p is None or p.name in known:
+                break
+            chain.append(p)
+            g = p
+        for g in reversed(chain):
+            p = previous(g) if weighted(g) else None
+            known[g.name] = self._node_cycles(g, facts, known[p.name][3] if p is not None else 0.0)
         return known[f.name]
 
     def _node_cycles(self, f: NodeFacts, facts: GraphFacts, slack: float) -> tuple[float, float, int, float]:
