@@ -67,14 +67,15 @@ def ort_session(model: onnx.ModelProto, level: str = "ORT_ENABLE_ALL", optimized
 
 def compare(model: onnx.ModelProto, graphs: dict[str, object], samples: list[dict[str, np.ndarray]],
             level: str = "ORT_ENABLE_ALL") -> dict[str, Exactness]:
-    """Exactness of each of our ``graphs`` (label -> engine Graph) against onnxruntime on ``samples``."""
+    """Exactness of each of our simulations (label -> engine Graph or Executor) against
+    onnxruntime on ``samples``."""
     from engine.sim.executor import Executor
 
     sess = ort_session(model, level)
     names = [o.name for o in sess.get_outputs()]
     outputs = [o.name for o in model.graph.output]
     qnames = quantized_tensors(model)
-    runners = {label: Executor(g) for label, g in graphs.items()}
+    runners = {label: g if isinstance(g, Executor) else Executor(g) for label, g in graphs.items()}
     res = {label: Exactness() for label in graphs}
     for feed in samples:
         ref = dict(zip(names, sess.run(None, feed)))

@@ -6,8 +6,12 @@ integer kernels, and the integer kernel is what decides the int8 result. Measure
 onnxruntime 1.32 on x86-64 (the optimized model it writes with ``optimized_model_filepath``):
 
 * int8 activations: Conv, MatMul stay float (``QDQIsInt8Allowed`` is false off ARM, so no
-  QLinearConv/QLinearMatMul); DQ -> Conv -> Q runs as float Conv (NCHWc kernels at level ALL)
-  and QuantizeLinear, which our float path follows up to float32 summation order.
+  QLinearConv/QLinearMatMul); DQ -> Conv -> Q runs as a float Conv through MlasConv (its weight
+  is a DequantizeLinear output, not an initializer, so the NCHWc rewrite of level ALL leaves it)
+  and QuantizeLinear. A float32 sum in another order lands on the other side of a rounding
+  boundary for ~2 outputs in 10^7, and a deep network amplifies each such 1-LSB difference into
+  thousands (PP-OCRv6 rec: 16 of 72 M conv outputs differed, 32 % of the deepest tensors' values
+  followed), so ``runtime_executor`` runs these Convs in MLAS's own order (nodes/mlas.py).
 * fused at EXTENDED and ALL: Add, Mul -> QLinearAdd/QLinearMul, Sigmoid -> QLinearSigmoid,
   Concat -> QLinearConcat, AveragePool/GlobalAveragePool -> QLinearAveragePool/
   QLinearGlobalAveragePool, Gemm -> QGemm, Softmax -> QLinearSoftmax; MaxPool, Reshape,
@@ -30,6 +34,10 @@ import numpy as np
 
 from engine.ir.clone import clone_graph
 from engine.ir.graph import Graph, Node
+from engine.sim.executor import Executor
+from nodes import registry
+from nodes.conv import ConvSpec, conv_geometry
+from nodes.spec import RunContext
 
 _MS = "com.microsoft"
 _EIGHT_BIT = (np.dtype(np.int8), np.dtype(np.uint8))
@@ -93,3 +101,77 @@ def runtime_graph(graph: Graph) -> Graph:
         g.opset_imports.setdefault(_MS, 1)
     g.sort_nodes()
     return g
+
+
+class _MlasConvSpec(ConvSpec):
+    """Conv as MlasConv computes it on one thread (2-D, float32); other ranks as ConvSpec."""
+
+    def reference(self, ctx: RunContext, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+        """im2col, MLAS's SGEMM order per group, float32 bias."""
+        if x.ndim != 4 or x.dtype != np.float32:
+            return super().reference(ctx, x, w, b)
+        from nodes import mlas
+
+        strides, dils, pb, pe = conv_geometry(ctx.attrs, x.shape, w.shape)
+        return mlas.conv2d(x, w, b, strides, dils, pb, pe, int(ctx.attrs["group"]))
+
+
+_MLAS_CONV = _MlasConvSpec()
+
+
+def _from_dq(v) -> bool:
+    p = v.producer() if v is not None else None
+    return p is not None and p.op_type == "DequantizeLinear"
+
+
+def mlas_convs(graph: Graph) -> set[str]:
+    """Names of the Convs onnxruntime runs through MlasConv: input and weight dequantized."""
+    return {n.name for n in graph.nodes if n.op_type == "Conv" and not n.domain and len(n.inputs) >= 2
+            and _from_dq(n.inputs[0]) and _from_dq(n.inputs[1])}
+
+
+class _OrtHardSwish:
+    """HardSwish as onnxruntime runs it: its ONNX function body, HardSigmoid(1/6, 1/2) then Mul,
+    each float32 operation rounded on its own (our compiled kernel contracts x / 6 + 1/2 into
+    one FMA, which rounds a few values of a tensor to the other side of a quantization step)."""
+
+    def __init__(self, base) -> None:
+        self.base = base
+
+    def __getattr__(self, name: str):
+        return getattr(self.base, name)
+
+    def reference(self, ctx: RunContext, x: np.ndarray) -> np.ndarray:
+        """x * clip(x * float32(1/6) + 1/2, 0, 1)."""
+        if x.dtype != np.float32:
+            return self.base.reference(ctx, x)
+        y = x * np.float32(1.0 / 6.0)
+        y += np.float32(0.5)
+        np.clip(y, 0, 1, out=y)
+        return y * x
+
+
+class RuntimeExecutor(Executor):
+    """An Executor of ``runtime_graph(graph)`` whose QDQ Convs follow MLAS's float order and whose
+    HardSwish is onnxruntime's function body."""
+
+    def __init__(self, graph: Graph, max_bytes: int | None = None) -> None:
+        super().__init__(runtime_graph(graph), max_bytes)
+        self._mlas = mlas_convs(self.graph)
+
+    def _plan(self, graph: Graph):
+        plan = super()._plan(graph)
+        conv, hswish = registry.get("Conv"), registry.get("HardSwish")
+        for step in (*plan.steps, *plan.const_steps):
+            if step.spec is conv and step.node.name in self._mlas:
+                step.spec = _MLAS_CONV
+            elif step.spec is hswish:
+                step.spec = _OrtHardSwish(hswish)
+        return plan
+
+
+def runtime_executor(graph: Graph) -> Executor:
+    """An executor that computes what onnxruntime's CPU provider (one thread, default graph
+    optimizations, x86-64) computes for a QDQ graph: its integer kernels where it fuses node
+    units, MLAS's float order in the Convs it runs in float."""
+    return RuntimeExecutor(graph)

@@ -18,7 +18,7 @@ from engine.ir.onnx_io import to_onnx
 from engine.quant.api import quantize
 from engine.quant.config import QuantConfig
 from engine.quant.data import CalibrationSet
-from engine.sim.ort_qdq import runtime_graph
+from engine.sim.ort_qdq import runtime_executor
 from tests.ort_exact import compare
 
 ort = pytest.importorskip("onnxruntime")
@@ -62,7 +62,7 @@ def test_every_quantized_tensor_equals_onnxruntime_int8_values(qdq_attention):
     model, g = qdq_attention
     rng = np.random.default_rng(1)
     samples = [{"x": rng.normal(0, 1, (1, 3, 8, 8)).astype(np.float32)} for _ in range(16)]
-    res = compare(model, {"before": g, "after": runtime_graph(g)}, samples)
+    res = compare(model, {"before": g, "after": runtime_executor(g)}, samples)
     after = res["after"]
     assert len(after.total) >= 8
     worst = after.worst(1)[0]
@@ -111,3 +111,44 @@ def test_integer_kernels_write_onnxruntimes_values_for_any_scales(op):
             feeds = {"a": x, "b": rng.integers(-128, 128, (32, 60), dtype=np.int8)}
         theirs, ours = _run_both(node, feeds, inits, shape)
         np.testing.assert_array_equal(ours, theirs)
+
+
+def _dq_conv(rng: np.random.Generator, cin: int, cout: int, kernel: tuple[int, int], strides: tuple[int, int],
+             pads: tuple[int, int], group: int, hw: tuple[int, int]) -> onnx.ModelProto:
+    """int8 x -> DequantizeLinear -> Conv(DequantizeLinear(int8 W), DequantizeLinear(int32 B)), float out."""
+    xs, ws = np.float32(rng.uniform(0.01, 0.1)), np.float32(rng.uniform(0.001, 0.01))
+    arrays = {"wq": rng.integers(-127, 128, (cout, cin // group, *kernel)).astype(np.int8), "ws": ws,
+              "wz": np.int8(0), "xs": xs, "xz": np.int8(rng.integers(-10, 10)),
+              "bq": rng.integers(-5000, 5000, cout).astype(np.int32), "bs": np.float32(xs * ws), "bz": np.int32(0)}
+    nodes = [helper.make_node("DequantizeLinear", ["x", "xs", "xz"], ["xf"]),
+             helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wf"]),
+             helper.make_node("DequantizeLinear", ["bq", "bs", "bz"], ["bf"]),
+             helper.make_node("Conv", ["xf", "wf", "bf"], ["y"], strides=list(strides), pads=[*pads, *pads],
+                              group=group)]
+    oh = (hw[0] + 2 * pads[0] - kernel[0]) // strides[0] + 1
+    ow = (hw[1] + 2 * pads[1] - kernel[1]) // strides[1] + 1
+    g = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info("x", TensorProto.INT8, [1, cin, *hw])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, cout, oh, ow])],
+                          [onnx.numpy_helper.from_array(a, n) for n, a in arrays.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize(("cin", "cout", "kernel", "strides", "pads", "group", "hw"), [
+    (96, 48, (3, 3), (2, 2), (1, 1), 1, (12, 40)),    # K = 864 in blocks of 128
+    (768, 64, (1, 1), (1, 1), (0, 0), 1, (3, 20)),    # K = 768, N = 60: blocks of 256
+    (3, 16, (3, 3), (2, 2), (1, 1), 1, (24, 40)),     # the stem: one block
+    (96, 96, (3, 3), (1, 1), (1, 1), 96, (12, 40)),   # depthwise: the M = 1 kernel
+    (64, 64, (1, 7), (1, 1), (0, 3), 64, (1, 40)),    # depthwise 1x7
+])
+def test_dequantized_convs_sum_in_onnxruntimes_float_order(cin, cout, kernel, strides, pads, group, hw):
+    rng = np.random.default_rng(cin + cout)
+    model = _dq_conv(rng, cin, cout, kernel, strides, pads, group, hw)
+    x = rng.integers(-128, 128, (1, cin, *hw)).astype(np.int8)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    theirs = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    g = engine.load(model)
+    ours = runtime_executor(g).run({"x": x})["y"]
+    np.testing.assert_array_equal(ours, theirs)
+    plain = engine.execute(g, {"x": x})["y"]  # BLAS order: the same sums to float32 rounding, not bit for bit
+    np.testing.assert_allclose(plain, theirs, rtol=1e-4, atol=1e-4)
