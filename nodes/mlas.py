@@ -6,8 +6,9 @@ of a DequantizeLinear, which also keeps its NCHWc rewrite away) through MlasConv
 columns per group, then the bias added to each sum in float32. The SGEMM splits K into blocks
 of ``stride_k`` (MlasSgemmOperation: 128/128 N/K strides, traded against each other when N or
 K is small), and the summation order inside a block is the kernel's (nodes/_mlas_jit.py).
-Measured against onnxruntime 1.32 on x86-64 (AVX2/FMA3): equal float32 outputs for 1x1, 3x3
-strided, 2x2, 1x7 and depthwise convolutions (tests/engine/test_ort_exactness.py).
+A MatMul of dequantized operands is the same SGEMM per matrix of the batch. Measured against
+onnxruntime 1.32 on x86-64 (AVX2/FMA3): equal float32 outputs for 1x1, 3x3 strided, 2x2, 1x7 and
+depthwise convolutions and for batched MatMuls (tests/engine/test_ort_exactness.py).
 """
 
 from __future__ import annotations
@@ -81,3 +82,12 @@ def conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequence
             out = np.empty((n_batch, m, oh, ow), np.float32)
         out[n] = y.reshape(m, oh, ow)
     return out
+
+
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """float32 MatMul of rank >= 2 operands (batch dims broadcast), one MLAS SGEMM per matrix."""
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a = np.broadcast_to(a, (*batch, *a.shape[-2:])).reshape(-1, *a.shape[-2:])
+    b = np.broadcast_to(b, (*batch, *b.shape[-2:])).reshape(-1, *b.shape[-2:])
+    out = np.stack([sgemm(x, y) for x, y in zip(a, b)])
+    return out.reshape(*batch, a.shape[-2], b.shape[-1])

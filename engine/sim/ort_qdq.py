@@ -11,7 +11,8 @@ onnxruntime 1.32 on x86-64 (the optimized model it writes with ``optimized_model
   and QuantizeLinear. A float32 sum in another order lands on the other side of a rounding
   boundary for ~2 outputs in 10^7, and a deep network amplifies each such 1-LSB difference into
   thousands (PP-OCRv6 rec: 16 of 72 M conv outputs differed, 32 % of the deepest tensors' values
-  followed), so ``runtime_executor`` runs these Convs in MLAS's own order (nodes/mlas.py).
+  followed), so ``runtime_executor`` runs these Convs, and MatMuls of dequantized operands, in
+  MLAS's own order (nodes/mlas.py).
 * fused at EXTENDED and ALL: Add, Mul -> QLinearAdd/QLinearMul, Sigmoid -> QLinearSigmoid,
   Concat -> QLinearConcat, AveragePool/GlobalAveragePool -> QLinearAveragePool/
   QLinearGlobalAveragePool, Gemm -> QGemm, Softmax -> QLinearSoftmax; MaxPool, Reshape,
@@ -119,27 +120,44 @@ class _MlasConvSpec(ConvSpec):
 _MLAS_CONV = _MlasConvSpec()
 
 
-def _from_dq(v) -> bool:
-    p = v.producer() if v is not None else None
-    return p is not None and p.op_type == "DequantizeLinear"
-
-
-def mlas_convs(graph: Graph) -> set[str]:
-    """Names of the Convs onnxruntime runs through MlasConv: input and weight dequantized."""
-    return {n.name for n in graph.nodes if n.op_type == "Conv" and not n.domain and len(n.inputs) >= 2
-            and _from_dq(n.inputs[0]) and _from_dq(n.inputs[1])}
-
-
-class _OrtHardSwish:
-    """HardSwish as onnxruntime runs it: its ONNX function body, HardSigmoid(1/6, 1/2) then Mul,
-    each float32 operation rounded on its own (our compiled kernel contracts x / 6 + 1/2 into
-    one FMA, which rounds a few values of a tensor to the other side of a quantization step)."""
+class _Override:
+    """A registered spec with another reference kernel (everything else is the spec's)."""
 
     def __init__(self, base) -> None:
         self.base = base
 
     def __getattr__(self, name: str):
         return getattr(self.base, name)
+
+
+class _MlasMatMul(_Override):
+    """MatMul as onnxruntime's MatMul<float> computes it (one MLAS SGEMM per batch matrix)."""
+
+    def reference(self, ctx: RunContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """MLAS's summation order for float32 operands of rank >= 2."""
+        if a.dtype != np.float32 or b.dtype != np.float32 or a.ndim < 2 or b.ndim < 2:
+            return self.base.reference(ctx, a, b)
+        from nodes import mlas
+
+        return mlas.matmul(a, b)
+
+
+def _from_dq(v) -> bool:
+    p = v.producer() if v is not None else None
+    return p is not None and p.op_type == "DequantizeLinear"
+
+
+def mlas_gemms(graph: Graph) -> set[str]:
+    """Names of the Convs and MatMuls onnxruntime runs through MLAS's SGEMM on dequantized
+    operands (both inputs come out of DequantizeLinear)."""
+    return {n.name for n in graph.nodes if n.op_type in ("Conv", "MatMul") and not n.domain
+            and len(n.inputs) >= 2 and _from_dq(n.inputs[0]) and _from_dq(n.inputs[1])}
+
+
+class _OrtHardSwish(_Override):
+    """HardSwish as onnxruntime runs it: its ONNX function body, HardSigmoid(1/6, 1/2) then Mul,
+    each float32 operation rounded on its own (our compiled kernel contracts x / 6 + 1/2 into
+    one FMA, which rounds a few values of a tensor to the other side of a quantization step)."""
 
     def reference(self, ctx: RunContext, x: np.ndarray) -> np.ndarray:
         """x * clip(x * float32(1/6) + 1/2, 0, 1)."""
@@ -157,14 +175,16 @@ class RuntimeExecutor(Executor):
 
     def __init__(self, graph: Graph, max_bytes: int | None = None) -> None:
         super().__init__(runtime_graph(graph), max_bytes)
-        self._mlas = mlas_convs(self.graph)
+        self._mlas = mlas_gemms(self.graph)
 
     def _plan(self, graph: Graph):
         plan = super()._plan(graph)
-        conv, hswish = registry.get("Conv"), registry.get("HardSwish")
+        conv, mm, hswish = registry.get("Conv"), registry.get("MatMul"), registry.get("HardSwish")
         for step in (*plan.steps, *plan.const_steps):
             if step.spec is conv and step.node.name in self._mlas:
                 step.spec = _MLAS_CONV
+            elif step.spec is mm and step.node.name in self._mlas:
+                step.spec = _MlasMatMul(mm)
             elif step.spec is hswish:
                 step.spec = _OrtHardSwish(hswish)
         return plan

@@ -152,3 +152,24 @@ def test_dequantized_convs_sum_in_onnxruntimes_float_order(cin, cout, kernel, st
     np.testing.assert_array_equal(ours, theirs)
     plain = engine.execute(g, {"x": x})["y"]  # BLAS order: the same sums to float32 rounding, not bit for bit
     np.testing.assert_allclose(plain, theirs, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(("a_shape", "b_shape"), [((1, 40, 192), (192, 384)), ((1, 40, 768), (768, 96)),
+                                                  ((1, 4, 40, 24), (1, 4, 24, 40)), ((1, 192), (192, 64))])
+def test_dequantized_matmuls_sum_in_onnxruntimes_float_order(a_shape, b_shape):
+    rng = np.random.default_rng(len(a_shape) + a_shape[-1])
+    arrays = {"as": np.float32(0.03), "az": np.int8(3), "bs": np.float32(0.004), "bz": np.int8(0)}
+    nodes = [helper.make_node("DequantizeLinear", ["a", "as", "az"], ["af"]),
+             helper.make_node("DequantizeLinear", ["b", "bs", "bz"], ["bf"]),
+             helper.make_node("MatMul", ["af", "bf"], ["y"])]
+    out = [*np.broadcast_shapes(a_shape[:-2], b_shape[:-2]), a_shape[-2], b_shape[-1]]
+    g = helper.make_graph(nodes, "mm", [helper.make_tensor_value_info("a", TensorProto.INT8, list(a_shape)),
+                                        helper.make_tensor_value_info("b", TensorProto.INT8, list(b_shape))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)],
+                          [onnx.numpy_helper.from_array(v, n) for n, v in arrays.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    feeds = {"a": rng.integers(-128, 128, a_shape).astype(np.int8), "b": rng.integers(-128, 128, b_shape).astype(np.int8)}
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    theirs = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_array_equal(runtime_executor(engine.load(model)).run(feeds)["y"], theirs)
