@@ -10,6 +10,7 @@ float output: the SQNR of ours against onnxruntime's.
 from __future__ import annotations
 
 import collections
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,6 +28,12 @@ class Exactness:
     max_steps: dict[str, int] = field(default_factory=collections.Counter)
     out_err: dict[str, float] = field(default_factory=collections.Counter)
     out_sig: dict[str, float] = field(default_factory=collections.Counter)
+    seconds: float = 0.0  # our executor's time over all samples
+
+    def unequal(self) -> tuple[int, int]:
+        """(int8 values that differ from onnxruntime's, all int8 values), over every tensor."""
+        total = sum(self.total.values())
+        return total - sum(self.equal.values()), total
 
     def percent(self, name: str) -> float:
         """Share of the tensor's int8 values equal to onnxruntime's, in percent."""
@@ -80,8 +87,10 @@ def compare(model: onnx.ModelProto, graphs: dict[str, object], samples: list[dic
     for feed in samples:
         ref = dict(zip(names, sess.run(None, feed)))
         for label, ex in runners.items():
+            t = time.perf_counter()
             got = ex.run(feed, keep_all=True)
             r = res[label]
+            r.seconds += time.perf_counter() - t
             for q in qnames:
                 a, b = ref[q].astype(np.int64), np.asarray(got[q]).astype(np.int64)
                 r.equal[q] += int((a == b).sum())

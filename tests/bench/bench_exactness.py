@@ -58,16 +58,16 @@ def _report(label: str, path: Path, samples: list[dict[str, np.ndarray]], tmp: P
     before, after = res["before"], res["after"]
     for tag, r in (("before", before), ("after", after)):
         below = [q for q in r.total if r.percent(q) < 99.9]
-        pooled = 100.0 * sum(r.equal.values()) / max(sum(r.total.values()), 1)
+        diff, total = r.unequal()
         outs = ", ".join(f"{o} {r.sqnr_db(o):.1f} dB" for o in r.out_err)
         sys.stdout.write(f"  {tag:6s}: {len(r.total)} quantized tensors, {len(below)} under 99.9 % equal, "
-                         f"worst {r.percent(r.worst(1)[0]):.3f} %, all values {pooled:.4f} %; "
-                         f"output vs onnxruntime: {outs}\n")
+                         f"worst {r.percent(r.worst(1)[0]):.4f} %, {diff} of {total} int8 values differ; "
+                         f"output vs onnxruntime: {outs}; {r.seconds / len(samples) * 1000:.0f} ms per sample\n")
     sys.stdout.write(f"  {'tensor (worst after, then worst before)':58s} {'before':>16s} {'after':>16s}\n")
     names = list(dict.fromkeys([*after.worst(8), *before.worst(4)]))
     for q in names:
-        sys.stdout.write(f"  {q[-58:]:58s} {before.percent(q):8.3f} % {before.max_steps[q]:3d} st "
-                         f"{after.percent(q):8.3f} % {after.max_steps[q]:3d} st\n")
+        sys.stdout.write(f"  {q[-58:]:58s} {before.percent(q):8.4f} % {before.max_steps[q]:3d} st "
+                         f"{after.percent(q):8.4f} % {after.max_steps[q]:3d} st\n")
     sys.stdout.write(f"  (compared in {time.perf_counter() - t:.0f} s)\n")
 
 
