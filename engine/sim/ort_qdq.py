@@ -22,8 +22,9 @@ Of these, only QLinearSoftmax computes something the float unit does not: a 256-
 a float32 row sum and the multiplier floor(1 / y_scale) (nodes/contrib_quant.py), 1 LSB apart
 on ~1% of values when y_scale is not 1/256. The other kernels equal the float unit on random
 int8 data (tests/engine/test_ort_exactness.py), so ``runtime_graph`` rewrites only the Softmax
-units, where onnxruntime's selector takes them (8-bit input and output of the same type, the DQ
-feeding only the Softmax, the Softmax feeding only the Q, no graph output in between).
+units, where onnxruntime's selector takes them (8-bit input and output of the same type, the
+Softmax feeding only the Q, no graph output in between; a DQ shared with other consumers is
+duplicated per unit first, as its EnsureUniqueDQForNodeUnit pass does).
 
 A TFLite file is simulated by engine/sim/tflite_int.py with LiteRT's kernels instead: each
 artifact is simulated as the runtime that executes it computes.
@@ -67,7 +68,7 @@ def _softmax_unit(q: Node) -> tuple[Node, Node] | None:
     if sm is None or sm.op_type != "Softmax" or sm.domain or _single_consumer(sm) is not q:
         return None
     dq = sm.inputs[0].producer() if sm.inputs and sm.inputs[0] is not None else None
-    if dq is None or dq.op_type != "DequantizeLinear" or _single_consumer(dq) is not sm:
+    if dq is None or dq.op_type != "DequantizeLinear":  # a shared DQ is duplicated by the runtime first
         return None
     if len(dq.inputs) < 3 or len(q.inputs) < 3 or dq.inputs[2] is None or q.inputs[2] is None:
         return None
