@@ -20,31 +20,34 @@ from numba import njit
 def sgemm_fma(a, b, stride_k, out):  # pragma: no cover - compiled
     m_rows, k_len = a.shape
     n_cols = b.shape[1]
-    for m in range(m_rows):
-        for n in range(n_cols):
-            c = np.float32(0.0)
-            for k0 in range(0, k_len, stride_k):
-                acc = np.float32(0.0)
-                for k in range(k0, min(k_len, k0 + stride_k)):
-                    acc = np.float32(np.float64(a[m, k]) * np.float64(b[k, n]) + np.float64(acc))
-                c = acc if k0 == 0 else np.float32(acc + c)
-            out[m, n] = c
+    acc = np.empty(n_cols, np.float32)
+    for m in range(m_rows):  # rows of C, each walked along N (contiguous) for every k in order
+        for k0 in range(0, k_len, stride_k):
+            acc[:] = 0.0
+            for k in range(k0, min(k_len, k0 + stride_k)):
+                av = np.float64(a[m, k])
+                for n in range(n_cols):
+                    acc[n] = np.float32(av * np.float64(b[k, n]) + np.float64(acc[n]))
+            for n in range(n_cols):
+                out[m, n] = acc[n] if k0 == 0 else np.float32(acc[n] + out[m, n])
 
 
 @njit(cache=True, nogil=True)
 def sgemm_m1(a, b, stride_k, out):  # pragma: no cover - compiled
     k_len = a.shape[1]
     n_cols = b.shape[1]
-    for n in range(n_cols):
-        c = np.float32(0.0)
-        for k0 in range(0, k_len, stride_k):
-            end = min(k_len, k0 + stride_k)
-            k = k0
-            while k < end:
-                step = 4 if end - k >= 4 else (2 if end - k >= 2 else 1)
-                t = np.float32(a[0, k] * b[k, n])
-                for j in range(1, step):
-                    t = np.float32(t + np.float32(a[0, k + j] * b[k + j, n]))
-                c = np.float32(t + c)
-                k += step
-        out[0, n] = c
+    t = np.empty(n_cols, np.float32)
+    out[0, :] = 0.0
+    for k0 in range(0, k_len, stride_k):
+        end = min(k_len, k0 + stride_k)
+        k = k0
+        while k < end:
+            step = 4 if end - k >= 4 else (2 if end - k >= 2 else 1)
+            for n in range(n_cols):
+                t[n] = np.float32(a[0, k] * b[k, n])
+            for j in range(1, step):
+                for n in range(n_cols):
+                    t[n] = np.float32(t[n] + np.float32(a[0, k + j] * b[k + j, n]))
+            for n in range(n_cols):
+                out[0, n] = np.float32(t[n] + out[0, n])
+            k += step
