@@ -68,9 +68,10 @@ def test_every_quantized_tensor_equals_onnxruntime_int8_values(qdq_attention):
     worst = after.worst(1)[0]
     assert after.percent(worst) >= 99.9, (worst, after.percent(worst), after.max_steps[worst])
     assert after.sqnr_db("y") >= 40.0
-    # the unit rewritten is the one that differed: op by op, the softmax's int8 values are not onnxruntime's
-    soft = next(q for q in after.total if res["before"].percent(q) < 100.0)
-    assert after.percent(soft) == 100.0
+    # op by op (DQ -> float Softmax -> Q: 98.7 % equal) the softmax and what follows it differ; run as it runs, not
+    differed = [q for q in after.total if res["before"].percent(q) < 100.0]
+    assert differed, "the fixture no longer exercises a unit onnxruntime computes differently"
+    assert all(after.percent(q) == 100.0 for q in differed)
 
 
 def _run_both(node: onnx.NodeProto, feeds: dict[str, np.ndarray], inits: dict[str, np.ndarray],
