@@ -123,3 +123,26 @@ def test_no_worker_outlives_an_editor_process_that_is_killed(tmp_path):
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     pid = int(proc.stdout.split()[0])
     assert _wait_gone(pid, 10.0), f"worker {pid} outlived its editor"
+
+
+def test_a_worker_crash_during_a_compile_is_one_status_bar_line_and_the_next_compile_restarts_it(qtbot, tmp_path):
+    from tests.app.analysis_support import close_analysed, open_analysed, wait_for
+
+    win, dock = open_analysed("digits_cnn", "phone-npu", tmp_path)
+    ctl = dock.controller
+    try:
+        pid = worker().pid
+        ctl.set_quant(per_channel=not ctl.settings.quant.per_channel)
+        ctl.compile_now()
+        assert ctl.state == "running"
+        os.kill(pid, signal.SIGKILL)  # as a segfault in a native library would end it
+        wait_for(lambda: ctl.state == "failed", 30, "the failed compile")
+        note = win.statusBar().currentMessage()
+        assert "worker process stopped" in note and "\n" not in note, note
+        assert _wait_gone(pid, 5.0)
+        ctl.compile_now()
+        wait_for(lambda: ctl.state in ("ready", "failed") and not ctl.busy, 180, "the compile after the crash")
+        assert ctl.state == "ready", ctl.message
+        assert worker().pid != pid
+    finally:
+        close_analysed(win)
