@@ -146,3 +146,24 @@ def test_a_worker_crash_during_a_compile_is_one_status_bar_line_and_the_next_com
         assert worker().pid != pid
     finally:
         close_analysed(win)
+
+
+def test_a_hardware_what_if_sends_only_a_reference_to_the_compiled_graph_both_ways(qtbot, tmp_path):
+    import dataclasses
+
+    from tests.app.analysis_support import close_analysed, open_analysed, wait_for
+
+    win, dock = open_analysed("digits_cnn", "phone-npu", tmp_path)
+    ctl = dock.controller
+    try:
+        base = ctl.current
+        faster = dataclasses.replace(ctl.target, npu=dataclasses.replace(ctl.target.npu, clock_mhz=ctl.target.npu.clock_mhz * 2))
+        ctl.set_hardware(faster)
+        wait_for(lambda: ctl.current is not base and ctl._resim is None, 60, "the re-simulation")
+        res = ctl.current
+        assert res.what_if_hardware and res.compile.target.npu.clock_mhz == 2 * base.compile.target.npu.clock_mhz
+        # The worker simulated its own copy of the result (the editor sent the id) and sent back a
+        # reference to the graphs this process already holds, not copies of them.
+        assert res.compile.optimized is base.compile.optimized and res.compile.source is base.compile.source
+    finally:
+        close_analysed(win)
