@@ -20,7 +20,9 @@ import copyreg
 import io
 import itertools
 import pickle
+import time
 import weakref
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -31,6 +33,7 @@ from nodes.spec import OpSpec
 from nodes.types import TensorType
 
 PROTOCOL = 5
+CHUNK = 250  # table rows per pickle: reading one holds the GIL for a few milliseconds at most
 _STRUCT = frozenset({"parent", "inputs", "outputs", "initializers", "values", "_nodes", "_node_cache", "_names",
                      "events", "_taken"})
 
@@ -205,6 +208,7 @@ class Pickler(pickle.Pickler):
     def __init__(self, f: io.BytesIO) -> None:
         super().__init__(f, protocol=PROTOCOL)
         self._flats: dict[int, _Flat] = {}
+        self._states: dict[int, tuple] = {}
         self.dispatch_table = copyreg.dispatch_table.copy()
         self.dispatch_table[EventSource] = _fresh_events
 
@@ -214,11 +218,31 @@ class Pickler(pickle.Pickler):
             flat = self._flats[id(root)] = _Flat(root)
         return flat
 
+    def _state(self, root: Graph) -> tuple:
+        state = self._states.get(id(root))
+        if state is None:
+            state = self._states[id(root)] = self._flat(root).state()
+        return state
+
+    def dump_ahead(self, obj: Any) -> None:
+        """Write the bulk of ``obj`` (a root graph's tables, a long list's items) as pickles of
+        CHUNK entries each, which the final object then refers to (one memo across pickles)."""
+        if type(obj) is Graph and obj.parent is None:
+            tables, _types, values = self._state(obj)
+            parts: list[list] = [values, *(t[7] for t in tables)]
+        elif type(obj) is list:
+            parts = [obj]
+        else:
+            parts = []
+        for part in parts:
+            for k in range(0, len(part), CHUNK):
+                self.dump(part[k:k + CHUNK])
+
     def reducer_override(self, obj: Any) -> Any:
         cls = type(obj)
         if cls is Graph:
             if obj.parent is None:
-                return _rebuild, self._flat(obj).state()
+                return _rebuild, self._state(obj)
             root = obj.root  # a subgraph: its place in the root's tables
             return _graph_at, (root, self._flat(root).graphs.index(obj))
         if cls is Node and obj.graph is not None:
@@ -251,13 +275,38 @@ def _spec(op_type: str, domain: str) -> OpSpec:
     return spec
 
 
-def dumps(obj: Any, pickler: type[Pickler] | None = None) -> bytes:
-    """``obj`` as bytes (graphs as tables, see the module docstring)."""
+def dumps(obj: Any, pickler: type[Pickler] | None = None, ahead: Iterable[Any] = ()) -> bytes:
+    """``obj`` as bytes (graphs as tables, see the module docstring); the bulk of the graphs and
+    lists in ``ahead`` is written first, in chunks (``Pickler.dump_ahead``)."""
     f = io.BytesIO()
-    (pickler or Pickler)(f).dump(obj)
+    p = (pickler or Pickler)(f)
+    for part in ahead:
+        p.dump_ahead(part)
+        time.sleep(0)  # a writer in the editor's process lets the GUI thread in between
+    p.dump(obj)
     return f.getvalue()
 
 
 def loads(data: bytes) -> Any:
-    """The object ``dumps`` wrote."""
-    return pickle.loads(data)
+    """The object ``dumps`` wrote: its pickles read one by one, the GIL released in between, so
+    that no single C call holds it for long."""
+    f = io.BytesIO(data)
+    u = pickle.Unpickler(f)
+    while True:
+        obj = u.load()
+        if f.tell() >= len(data):
+            return obj
+        time.sleep(0)
+
+
+def bulk_of(obj: Any) -> list[Any]:
+    """The graphs and long lists of a compile result to write ahead (see ``dumps``)."""
+    out: list[Any] = []
+    for path in ("compile.source", "compile.optimized", "compile.quant.graph", "compile.sim.ops",
+                 "compile.sim.events", "compile.sim.placement.facts.order", "optimized"):
+        part = obj
+        for name in path.split("."):
+            part = getattr(part, name, None)
+        if isinstance(part, (Graph, list)) and all(part is not x for x in out):
+            out.append(part)
+    return out

@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 KEEP = 6  # results kept in both processes, for later jobs and results that refer to them
 WORKER_NICENESS = int(os.environ.get("NPU_STUDIO_WORKER_NICE", "5"))
 STOP_TIMEOUT_S = 1.0
+JOB_THREADS = 4
 WARM_UP = ("engine.compiler", "engine.passes.pipeline", "engine.quant.api", "engine.sim.timeline",
            "engine.sim.thermal", "engine.sim.stream", "engine.sim.executor", "app.analysis_jobs", "app.jobs")
 
@@ -127,8 +128,8 @@ class _RefPickler(wire.Pickler):
         return super().reducer_override(obj)
 
 
-def _dumps(obj: Any) -> bytes:
-    return wire.dumps(obj, pickler=_RefPickler)
+def _dumps(obj: Any, ahead: Any = ()) -> bytes:
+    return wire.dumps(obj, pickler=_RefPickler, ahead=ahead)
 
 
 # -- the worker process ---------------------------------------------------------------------
@@ -163,13 +164,13 @@ class WorkerControl:
 
 
 def serve(conn: Any, warm: bool = True) -> None:
-    """The worker process's main: warm up, then run jobs in order until told to stop."""
+    """The worker process's main: warm up, then run jobs (JOB_THREADS at a time) until told to stop."""
     if sys.platform.startswith("linux") and WORKER_NICENESS > 0:
         with contextlib.suppress(OSError):
             os.nice(WORKER_NICENESS)  # the editor's threads first when every core is busy
     jobs: queue.Queue = queue.Queue()
     cancelled: set[int] = set()
-    lock = threading.Lock()
+    lock = threading.RLock()
 
     def send(message: tuple, payload: bytes | None = None) -> None:
         with lock:
@@ -199,31 +200,42 @@ def serve(conn: Any, warm: bool = True) -> None:
         from nodes.kernels import warm_up
 
         warm_up()
+    from concurrent.futures import ThreadPoolExecutor
+
+    # Jobs run side by side, as they did in the editor's thread pool: a tensor view does not wait
+    # for a compile, nor a closed window's what-if for the next window's compile.
+    pool = ThreadPoolExecutor(max_workers=JOB_THREADS, thread_name_prefix="npu-studio-job")
     while True:
         job, name, payload = jobs.get()
-        if job in cancelled:
-            send(("cancelled", job))
-            continue
-        control = WorkerControl(job, send, cancelled)
-        try:
-            fn, args = wire.loads(payload)
-            result = fn(control, *args)
-            if control.cancelled():
-                raise Cancelled()
-            data = _dumps(result)
-        except Cancelled:
-            send(("cancelled", job))
-        except _expected() as exc:
-            send(("failed", job, str(exc).splitlines()[0] if str(exc) else type(exc).__name__, False))
-        except Exception as exc:
-            log.error("%s failed:\n%s", name, traceback.format_exc())
-            send(("failed", job, f"internal error in {name}: {type(exc).__name__}: {exc}", True))
-        else:
+        pool.submit(_run_job, job, name, payload, send, lock, cancelled)
+
+
+def _run_job(job: int, name: str, payload: bytes, send: Callable[..., None], lock: threading.Lock,
+             cancelled: set[int]) -> None:
+    if job in cancelled:
+        send(("cancelled", job))
+        return
+    control = WorkerControl(job, send, cancelled)
+    try:
+        fn, args = wire.loads(payload)
+        result = fn(control, *args)
+        if control.cancelled():
+            raise Cancelled()
+        data = _dumps(result, wire.bulk_of(result))
+    except Cancelled:
+        send(("cancelled", job))
+    except _expected() as exc:
+        send(("failed", job, str(exc).splitlines()[0] if str(exc) else type(exc).__name__, False))
+    except Exception as exc:
+        log.error("%s failed:\n%s", name, traceback.format_exc())
+        send(("failed", job, f"internal error in {name}: {type(exc).__name__}: {exc}", True))
+    else:
+        with lock:  # kept here in the order the editor receives (and keeps) them
             if _STORE.keeps(result):
                 _STORE.put(job, result)
             send(("done", job), data)
-        finally:
-            cancelled.discard(job)
+    finally:
+        cancelled.discard(job)
 
 
 # -- the editor's side ------------------------------------------------------------------------
@@ -428,7 +440,7 @@ class ProcessTask:
         item = (self.fn, self.args)
         if self._graph is None:
             return _dumps(item)
-        return clone_unchanged(self._graph, self._version, lambda _g: _dumps(item))
+        return clone_unchanged(self._graph, self._version, lambda g: _dumps(item, [g]))
 
     def start(self) -> ProcessTask:
         """Send the job to the worker process; returns self."""
