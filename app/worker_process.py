@@ -36,19 +36,19 @@ import pickle
 import queue
 import sys
 import threading
-import time
 import traceback
 from collections import OrderedDict
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 from app import wire
+from app.workers import WORKER_NICENESS, TaskControl, TaskSignals, clone_unchanged
 from engine.errors import Cancelled
 
 log = logging.getLogger(__name__)
 
 KEEP = 6  # results kept in both processes, for later jobs and results that refer to them
-WORKER_NICENESS = int(os.environ.get("NPU_STUDIO_WORKER_NICE", "5"))
 STOP_TIMEOUT_S = 1.0
 JOB_THREADS = 4
 WARM_UP = ("engine.compiler", "engine.passes.pipeline", "engine.quant.api", "engine.sim.timeline",
@@ -133,33 +133,32 @@ def _dumps(obj: Any, ahead: Any = ()) -> bytes:
 
 
 # -- the worker process ---------------------------------------------------------------------
-class WorkerControl:
-    """Handed to a job in the worker: the ``app.workers.TaskControl`` interface over the pipe."""
+class _PipeProgress:
+    """Stands in for TaskSignals.progress in the worker: emit() sends the progress over the pipe."""
+
+    def __init__(self, job: int, send: Callable[..., None]) -> None:
+        self.job, self._send = job, send
+
+    def emit(self, fraction: float, text: str) -> None:
+        self._send(("progress", self.job, fraction, text))
+
+
+class WorkerControl(TaskControl):
+    """Handed to a job in the worker: ``TaskControl``'s progress (throttled the same way, sent over
+    the pipe) and cancellation (by the editor's cancel message)."""
 
     def __init__(self, job: int, send: Callable[..., None], cancelled: set[int]) -> None:
+        super().__init__(SimpleNamespace(progress=_PipeProgress(job, send)))  # type: ignore[arg-type]
         self.job = job
-        self._send = send
         self._cancelled = cancelled
-        self._last = 0.0
-
-    def progress(self, fraction: float, text: str = "") -> None:
-        """Report progress in [0, 1] (sent at most every 50 ms, and always at 1)."""
-        now = time.monotonic()
-        if fraction >= 1.0 or now - self._last >= 0.05:
-            self._last = now
-            self._send(("progress", self.job, float(fraction), text))
-
-    def cancel(self) -> None:
-        """Stop at the next check."""
-        self._cancelled.add(self.job)
 
     def cancelled(self) -> bool:
         """True once the editor cancelled this job."""
-        return self.job in self._cancelled
+        return self.job in self._cancelled or super().cancelled()
 
     def check(self) -> None:
         """Raise Cancelled when the editor cancelled this job."""
-        if self.job in self._cancelled:
+        if self.cancelled():
             raise Cancelled()
 
 
@@ -417,8 +416,6 @@ class ProcessTask:
 
     def __init__(self, fn: Callable[..., Any], *args: Any, name: str = "task", graph: Any = None,
                  graph_version: int | None = None) -> None:
-        from app.workers import TaskControl, TaskSignals
-
         self.fn = fn
         self.args = args
         self.name = name
@@ -433,8 +430,6 @@ class ProcessTask:
 
     def serialize(self) -> bytes:
         """The job's function and arguments as bytes (in the sender thread)."""
-        from app.workers import clone_unchanged
-
         if self.control.cancelled():
             raise Cancelled()
         item = (self.fn, self.args)
