@@ -73,10 +73,10 @@ def cmd_gui(args: argparse.Namespace, out: Out) -> int:
 
     from app.__main__ import make_app, recovery_dir
     from app.main_window import MainWindow
-    from nodes.kernels import warm_up
 
+    # No kernels.warm_up() here: the worker process that runs the analysis warms them up, once
+    # (app/worker_process.py); this process runs no kernel.
     app = QApplication.instance() or make_app()
-    warm_up()  # compiled kernels ready before the window: the first analysis must not stall it
     win = MainWindow(recovery_dir=recovery_dir())
     from app.walkthrough_probe import install_if_asked
 
@@ -104,10 +104,7 @@ def screenshot(model: Path, dest: Path, target: str | None, shapes: dict, out: O
         from app import placement
 
         placement.resolve_target(target)  # a bad target is a clear error before any window
-    from nodes.kernels import warm_up
-
-    app = QApplication.instance() or make_app()
-    warm_up()  # as cmd_gui: not inside the analysis the screenshot waits for
+    app = QApplication.instance() or make_app()  # no warm-up here either (cmd_gui says why)
     tmp = tempfile.mkdtemp(prefix="npu-studio-shot-")
     settings = QSettings(str(Path(tmp) / "settings.ini"), QSettings.Format.IniFormat)
     if calib and not Path(calib).exists():

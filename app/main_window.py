@@ -43,6 +43,7 @@ from app.panels.sweep_panel import install_sweep_panel
 from app.progress import ProgressStrip
 from app.runtime import settle_heap
 from app.shape_dialog import ShapeDialog, dynamic_inputs, remember, remembered
+from app.worker_process import ProcessTask
 from app.workers import Task
 
 log = logging.getLogger(__name__)
@@ -604,7 +605,8 @@ class MainWindow(QMainWindow):
         if doc is None:
             return None
         doc.flush()
-        task = Task(jobs.optimize_and_place_job, doc.graph, doc.graph.version, doc.target, name="compile")
+        task = ProcessTask(jobs.optimize_and_place_job, doc.graph, doc.graph.version, doc.target, name="compile",
+                           graph=doc.graph, graph_version=doc.graph.version)
         task.signals.progress.connect(self._show_progress)
         task.signals.finished.connect(self._on_compile_done)
         task.signals.failed.connect(self._on_task_failed)
