@@ -137,7 +137,7 @@ def test_canvas_color_of_every_node_is_the_placement_the_legend_names(placed_win
     counts: dict[str, int] = {}
     for n in doc.graph.nodes:
         item = item_of(win, n.name)
-        device = ops[res.op_of_source[n.name]] if n.name in res.op_of_source else "unplaced"
+        device = ops[res.op_of_source[n.name]] if n.name in res.op_of_source else "removed"
         assert _painted_fill(win, item) == style.PLACEMENT_COLORS[device][1], n.name
         counts[device] = counts.get(device, 0) + 1
     for device, n in counts.items():
@@ -194,3 +194,38 @@ def test_clean_quit_after_save_as_leaves_no_recovery_prompt(qtbot, tmp_path):
     nxt, _ = _window(qtbot, tmp_path)
     assert not nxt.offer_recovery(ask=lambda path, d: pytest.fail(f"asked to restore {path}"))
     assert pending_recoveries(recovery) == []
+
+
+def test_nodes_the_optimizer_removed_are_counted_as_optimized_away_not_as_not_placed(qtbot, tmp_path):
+    """PP-OCRv6 det on phone-npu: the legend read "not placed 148" for 147 Identity nodes the
+    optimizer eliminated (they do not run anywhere) and one dropped, unconnected op."""
+    from app import style
+    from app.commands import AddNodeCommand
+
+    model = residual_cnn()
+    graph = model.graph
+    relu = next(n for n in graph.node if n.name == "relu1")
+    relu.output[0] = "r1_raw"
+    graph.node.insert(2, helper.make_node("Identity", ["r1_raw"], ["r1"], name="identity"))
+    path = tmp_path / "with_identity.onnx"
+    onnx.save(model, path)
+    win = open_window(qtbot, path, QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat),
+                      tmp_path / "recovery", default_target="phone-npu")
+    doc, ctl = win.doc, win.analysis.controller
+
+    def compiled_now() -> bool:
+        return ctl.current is not None and not ctl.busy and doc.placement_source == "compiled"
+
+    wait_for(compiled_now, 60, "the first compile on the canvas")
+    legend = win.canvas.legend
+    assert doc.statuses["identity"].device == "removed"
+    assert "removed by the optimizer" in doc.statuses["identity"].reason
+    assert legend.labels["removed"].text() == "optimized away 1" and legend.labels["removed"].isVisibleTo(legend)
+    assert legend.labels["unplaced"].text() == "not placed"  # nothing waits to be placed
+    assert _painted_fill(win, item_of(win, "identity")) == style.PLACEMENT_COLORS["removed"][1]
+    doc.push(AddNodeCommand(doc, "Relu", name="loose", inputs=[doc.graph.values["r1"]]))  # wired, read by nothing
+    wait_for(lambda: doc.graph.node_by_name("loose") is not None and compiled_now()
+             and "loose" in doc.statuses, 60, "the edit's compile")
+    assert legend.labels["removed"].text() == "optimized away 2"  # an op whose output nobody reads does not run
+    close_window(win)
+    ctl.shutdown()
