@@ -155,9 +155,7 @@ def screenshot(model: Path, dest: Path, target: str | None, shapes: dict, out: O
     win.doc.undo_stack.setClean()
     win.close()
     if analysis is not None:
-        # a compile still running (dddd_det at 416x416 outlasts the timeout) stops at its next
-        # check: wait for it, or it reports its cancellation to a window already gone (a traceback)
-        analysis.controller.shutdown(timeout=60.0)
+        analysis.controller.shutdown()
     return EXIT_OK
 
 
