@@ -333,6 +333,7 @@ class AnalysisController(QObject):
         self._dirty_since = None
         self.previous, self.current = self.current, result
         if self._compare_next and self.previous is not None:
+            # shown as "after the pin" only when nothing else changed (settings_changed_between)
             self.comparison = (self.previous, result)
             self._compare_next = False
             self.comparison_changed.emit(self.comparison)
@@ -532,9 +533,26 @@ class AnalysisController(QObject):
         doc.show_compiled(compiled_placement(result, doc.graph))
 
 
+def settings_changed_between(before: AnalysisResult, after: AnalysisResult) -> list[str]:
+    """What else differs between two compiles of a comparison besides the pins: the settings
+    whose change moves the figures too (empty: the pins alone made the difference)."""
+    a, b = before.settings, after.settings
+    out = []
+    if a.target != b.target or before.compile.target != after.compile.target \
+            or before.what_if_hardware != after.what_if_hardware:
+        out.append("the hardware")
+    if a.calibration != b.calibration or (a.calibration and a.preprocess != b.preprocess):
+        out.append("the calibration data")
+    if a.quant != b.quant or (before.quant is None) != (after.quant is None) or a.analysis_samples != b.analysis_samples:
+        out.append("the quantization")
+    if a.disabled_passes != b.disabled_passes:
+        out.append("the optimizer passes")
+    return out
+
+
 def compiled_placement(result: AnalysisResult, graph: Any) -> CompiledPlacement:
     """Each node of ``graph`` placed as the op it was compiled into (a node the optimizer removed
-    does not run: "unplaced")."""
+    does not run: "removed", which the legend counts apart from nodes not placed)."""
     ops = {o.node: o for o in result.sim.ops}
     device: dict[str, str] = {}
     reason: dict[str, str] = {}
@@ -547,7 +565,7 @@ def compiled_placement(result: AnalysisResult, graph: Any) -> CompiledPlacement:
                 why = f"fused into {op}" + (f"; {why}" if why else "")
             device[n.name], reason[n.name] = rec.device, why
         else:
-            device[n.name] = "unplaced"
+            device[n.name] = "removed"
             reason[n.name] = "removed by the optimizer (folded or eliminated): it does not run"
     return CompiledPlacement(result.graph_version, device, reason,
                              [*quality.low_sqnr_warnings(result),

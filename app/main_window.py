@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import commands, jobs, placement, recent, runtime, style
+from app import commands, compile_action, jobs, placement, recent, runtime, style
 from app.analysis_dock import install_analysis
 from app.canvas.minimap import MARGIN, LegendWidget, MinimapWidget
 from app.canvas.node_item import IOItem, NodeItem
@@ -43,7 +43,6 @@ from app.panels.sweep_panel import install_sweep_panel
 from app.progress import ProgressStrip
 from app.runtime import settle_heap
 from app.shape_dialog import ShapeDialog, dynamic_inputs, remember, remembered
-from app.worker_process import ProcessTask
 from app.workers import Task
 
 log = logging.getLogger(__name__)
@@ -599,20 +598,9 @@ class MainWindow(QMainWindow):
         self.canvas.minimap.rebuild()
 
     # -- compile -------------------------------------------------------------------------------
-    def compile(self) -> Task | None:
-        """Optimize and place a copy of the graph in a worker; shows the pass trace."""
-        doc = self.doc
-        if doc is None:
-            return None
-        doc.flush()
-        task = ProcessTask(jobs.optimize_and_place_job, doc.graph, doc.graph.version, doc.target, name="compile",
-                           graph=doc.graph, graph_version=doc.graph.version)
-        task.signals.progress.connect(self._show_progress)
-        task.signals.finished.connect(self._on_compile_done)
-        task.signals.failed.connect(self._on_task_failed)
-        task.signals.cancelled.connect(lambda: doc is self.doc and self.compile())  # edited while copied
-        self._show_progress(0.0, "compiling")
-        return task.start()
+    def compile(self) -> Task | compile_action.AnalysisCompile | None:
+        """Compile and show the pass trace (app/compile_action.py: as the live analysis does)."""
+        return compile_action.compile_document(self)
 
     def _on_compile_done(self, outcome: jobs.CompileOutcome) -> None:
         self._hide_progress()

@@ -224,8 +224,11 @@ class MinimapWidget(QWidget):
             self.update()
 
 
+OPTIONAL_KEYS = ("error", "group")  # legend keys that step aside when they count nothing and room is short
+
+
 class LegendWidget(QFrame):
-    """Colour key of the canvas: NPU, CPU fallback, not placed, problem, fused group."""
+    """Colour key of the canvas: NPU, CPU fallback, not placed, optimized away, problem, fused group."""
 
     def __init__(self, parent: QWidget) -> None:
         super().__init__(parent)
@@ -241,7 +244,7 @@ class LegendWidget(QFrame):
         self.source = QLabel("")  # whose placement the colours show: the compile's or the edited graph's
         self.source.setStyleSheet("font-weight: 600;")
         lay.addWidget(self.source)
-        entries = [(k, style.PLACEMENT_COLORS[k][0], style.PLACEMENT_LABELS[k]) for k in ("npu", "cpu", "unplaced")]
+        entries = [(k, style.PLACEMENT_COLORS[k][0], style.PLACEMENT_LABELS[k]) for k in ("npu", "cpu", "unplaced", "removed")]
         entries += [("error", style.ERROR, "problem"), ("group", style.GROUP_FRAME, "fused group")]
         for key, color, text in entries:
             swatch = QLabel()
@@ -252,6 +255,7 @@ class LegendWidget(QFrame):
             self.swatches[key] = swatch
             lay.addWidget(swatch)
             lay.addWidget(label)
+        self._set_entry_visible("removed", False)
         self.adjustSize()
 
     def set_source(self, text: str) -> None:
@@ -263,10 +267,10 @@ class LegendWidget(QFrame):
     def fit_width(self, width: int) -> None:
         """Wider than ``width`` (a narrow canvas): the keys with nothing to count step aside
         ("problem", "fused group" with no node), so the legend is never cut at the canvas edge."""
-        for key in ("error", "group"):
+        for key in OPTIONAL_KEYS:
             self._set_entry_visible(key, True)
         self.adjustSize()
-        for key in ("group", "error"):
+        for key in OPTIONAL_KEYS[::-1]:
             if self.sizeHint().width() <= width:
                 break
             if not self._counts.get(key):
@@ -284,6 +288,7 @@ class LegendWidget(QFrame):
             base = {"error": "problem", "group": "fused group"}.get(key, style.PLACEMENT_LABELS.get(key, key))
             n = counts.get(key)
             label.setText(f"{base} {n}" if n else base)
+        self._set_entry_visible("removed", bool(counts.get("removed")))  # only when the optimizer removed some
         cpu = self.labels["cpu"]
         cpu.setToolTip(f"CPU fallback: {fallback.phrase()} of the graph run on the CPU" if fallback else "")
         self._refit()
