@@ -276,13 +276,32 @@ class _LayerGraph:
         best = self.count_crossings(pos) if exact else None
         best_layers = [list(r) for r in self.layers]
         sweeps = SWEEPS if total <= LARGE else 3
+        # A layer's new order depends only on its own order and the positions in the layer it
+        # is sorted against. ``version[k]`` counts the changes of layer k's order; a sort whose
+        # two inputs are the versions it last saw would give the order the layer already has,
+        # so it is skipped (most rows of a long chain settle in the first sweep).
+        depth = len(self.layers)
+        version = [0] * depth
+        seen_down: list[tuple[int, int] | None] = [None] * depth
+        seen_up: list[tuple[int, int] | None] = [None] * depth
         for it in range(sweeps):
             _check(cancelled)
-            for k in range(1, len(self.layers)):
-                self._sort_layer(k, True, pos)
-            for k in range(len(self.layers) - 2, -1, -1):
-                self._sort_layer(k, False, pos)
+            changed = False
+            for k in range(1, depth):
+                if seen_down[k] != (version[k - 1], version[k]):
+                    if self._sort_layer(k, True, pos):
+                        version[k] += 1
+                        changed = True
+                    seen_down[k] = (version[k - 1], version[k])
+            for k in range(depth - 2, -1, -1):
+                if seen_up[k] != (version[k + 1], version[k]):
+                    if self._sort_layer(k, False, pos):
+                        version[k] += 1
+                        changed = True
+                    seen_up[k] = (version[k + 1], version[k])
             progress(0.2 + 0.5 * (it + 1) / sweeps, "reducing crossings")
+            if not changed:
+                break  # nothing moved in a whole sweep: every later sweep would be the same
             if exact:
                 c = self.count_crossings(pos)
                 if c < best:  # type: ignore[operator]
@@ -295,12 +314,13 @@ class _LayerGraph:
         self.layers = best_layers
         return best
 
-    def _sort_layer(self, k: int, upward: bool, pos: list[int]) -> None:
+    def _sort_layer(self, k: int, upward: bool, pos: list[int]) -> bool:
         """Order layer ``k`` by the barycenter of its neighbours above (``upward``) or below,
-        each taken at its port: a fraction of a slot left or right of the neighbour."""
+        each taken at its port: a fraction of a slot left or right of the neighbour. True when
+        the order changed."""
         row = self.layers[k]
         if len(row) < 2:
-            return  # nothing to order (most rows of a long chain)
+            return False  # nothing to order (most rows of a long chain)
         keyed = []
         live, width = self.live, self.width
         nbrs, ports = (self.up, self.up_p) if upward else (self.down, self.down_p)
@@ -315,9 +335,13 @@ class _LayerGraph:
             else:
                 keyed.append((float(i), i, v))  # keep nodes without neighbours in place
         keyed.sort()
-        row[:] = [v for _, _, v in keyed]
+        new = [v for _, _, v in keyed]
+        if new == row:
+            return False
+        row[:] = new
         for i, v in enumerate(row):
             pos[v] = i
+        return True
 
     def count_crossings(self, pos: list[int]) -> int:
         """Exact number of edge crossings between consecutive layers (edges end at ports)."""

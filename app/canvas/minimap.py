@@ -101,7 +101,10 @@ class MinimapWidget(QWidget):
 
             def cost(x: int) -> tuple[bool, int]:
                 box = QRect(x - vp.left(), y - vp.top(), w, h)  # in viewport coordinates
-                hidden = sum(1 for it in self.view.items(box) if type(it).__name__ == "NodeItem")
+                # Bounding rectangles (the index's own): exact shapes would ask every edge
+                # under the corner for its outline, a call into Python per edge.
+                under = self.view.items(box, Qt.ItemSelectionMode.IntersectsItemBoundingRect)
+                hidden = sum(1 for it in under if type(it).__name__ == "NodeItem")
                 return QRectF(x, y, w, h).contains(centre), hidden
 
             corners.sort(key=cost)
