@@ -27,6 +27,8 @@ import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 LAYER_GAP = 46.0  # vertical space between layer rows (room for edges and labels)
 NODE_GAP = 28.0  # horizontal space between neighbouring nodes
 DUMMY_WIDTH = 14.0  # horizontal room of a long edge passing through a layer
@@ -63,6 +65,59 @@ class LayoutResult:
     width: float
     height: float
     crossings: int | None = None
+    index: LayoutIndex | None = None  # made by the worker that laid out (see index_layout)
+
+
+@dataclass
+class LayoutIndex:
+    """The layout as arrays, for finding what a rectangle shows without the items: every node's
+    box, the nodes top rows first (then left to right), the edges at each node (CSR: those of
+    node i are ``incident[incident_at[i]:incident_at[i + 1]]``) and every edge's box (its
+    ends' boxes and its bend points)."""
+
+    x0: np.ndarray
+    y0: np.ndarray
+    x1: np.ndarray
+    y1: np.ndarray
+    order: np.ndarray
+    e_u: np.ndarray
+    e_v: np.ndarray
+    incident: np.ndarray
+    incident_at: np.ndarray
+    ex0: np.ndarray
+    ex1: np.ndarray
+    ey0: np.ndarray
+    ey1: np.ndarray
+
+
+def index_layout(data: LayoutInput, result: LayoutResult) -> LayoutIndex:
+    """Index ``result`` (the layout of ``data``; see LayoutIndex)."""
+    n, m = len(data.sizes), len(data.edges)
+    chain = itertools.chain.from_iterable
+    sizes = np.fromiter(chain(data.sizes), dtype=float, count=2 * n).reshape(n, 2)
+    pos = np.fromiter(chain(result.positions), dtype=float, count=2 * n).reshape(n, 2)
+    x0, y0 = pos[:, 0].copy(), pos[:, 1].copy()
+    x1, y1 = x0 + sizes[:, 0], y0 + sizes[:, 1]
+    ends = np.fromiter(chain(data.edges), dtype=np.int64, count=2 * m).reshape(m, 2)
+    u, v = ends[:, 0].copy(), ends[:, 1].copy()
+    both = np.concatenate([u, v])
+    by_end = np.argsort(both, kind="stable")
+    incident = by_end % max(m, 1)
+    incident_at = np.searchsorted(both[by_end], np.arange(n + 1))
+    ex0, ex1 = np.minimum(x0[u], x0[v]), np.maximum(x1[u], x1[v])
+    ey0, ey1 = np.minimum(y0[u], y0[v]), np.maximum(y1[u], y1[v])
+    routed = [(a * n + b, min(p[0] for p in pts), max(p[0] for p in pts))
+              for (a, b), pts in result.routes.items() if pts]
+    if routed and m:  # long edges: their bend points widen the box
+        code = u * n + v
+        by_code = np.argsort(code, kind="stable")
+        r_code, r_lo, r_hi = (np.asarray(c) for c in zip(*routed))
+        k = np.minimum(np.searchsorted(code, r_code, sorter=by_code), m - 1)
+        hit = code[by_code[k]] == r_code
+        j = by_code[k[hit]]
+        ex0[j] = np.minimum(ex0[j], r_lo[hit])
+        ex1[j] = np.maximum(ex1[j], r_hi[hit])
+    return LayoutIndex(x0, y0, x1, y1, np.lexsort((x0, y0)), u, v, incident, incident_at, ex0, ex1, ey0, ey1)
 
 
 Progress = Callable[[float, str], None]
@@ -110,7 +165,9 @@ def layered_layout(data: LayoutInput, progress: Progress | None = None,
     graph.assign_x(cancelled)
     _check(cancelled)
     progress(0.9, "finishing")
-    return graph.result(data.edges, crossings)
+    result = graph.result(data.edges, crossings)
+    result.index = index_layout(data, result)  # here, off the GUI thread
+    return result
 
 
 def _check(cancelled: Callable[[], bool]) -> None:

@@ -19,6 +19,7 @@ import numpy as np
 from PySide6.QtCore import QLineF, QPointF, QRectF
 
 from app.canvas.edge_item import box_size, edge_path
+from app.canvas.layout import index_layout
 
 if TYPE_CHECKING:
     from app.canvas.layout import LayoutResult
@@ -33,44 +34,18 @@ class Populator:
     def __init__(self, snapshot: GraphSnapshot, result: LayoutResult) -> None:
         self.snapshot = snapshot
         self.result = result
-        keys = snapshot.keys
-        n = len(keys)
-        sizes = np.asarray(snapshot.data.sizes, dtype=float).reshape(n, 2)
-        pos = np.asarray(result.positions, dtype=float).reshape(n, 2)
-        self.x0, self.y0 = pos[:, 0], pos[:, 1]
-        self.x1, self.y1 = self.x0 + sizes[:, 0], self.y0 + sizes[:, 1]
+        ix = result.index if result.index is not None else index_layout(snapshot.data, result)
+        self.x0, self.y0, self.x1, self.y1 = ix.x0, ix.y0, ix.x1, ix.y1
+        self.e_u, self.e_v = ix.e_u, ix.e_v
+        self.ex0, self.ex1, self.ey0, self.ey1 = ix.ex0, ix.ex1, ix.ey0, ix.ey1
+        n, m = len(ix.x0), len(ix.e_u)
         self.pending = np.ones(n, dtype=bool)
-        self.left = n
-        # Top rows first (the first look shows the top of the graph), left to right.
-        self._order = np.lexsort((self.x0, self.y0)).tolist()
-        self._cursor = 0
-        edges = snapshot.data.edges
-        m = len(edges)
-        ends = np.asarray(edges, dtype=np.int64).reshape(m, 2)
-        u, v = ends[:, 0], ends[:, 1]
-        self.e_u, self.e_v = u, v
-        # Edges by end (CSR): the edges of index i are _inc[_inc_at[i]:_inc_at[i + 1]].
-        both = np.concatenate([u, v])
-        by_end = np.argsort(both, kind="stable")
-        self._inc = (by_end % max(m, 1)).tolist()
-        self._inc_at = np.searchsorted(both[by_end], np.arange(n + 1)).tolist()
-        self.ex0 = np.minimum(self.x0[u], self.x0[v])
-        self.ex1 = np.maximum(self.x1[u], self.x1[v])
-        self.ey0 = np.minimum(self.y0[u], self.y0[v])
-        self.ey1 = np.maximum(self.y1[u], self.y1[v])
-        if result.routes and m:  # long edges: their bend points widen the box
-            code = u * n + v
-            by_code = np.argsort(code, kind="stable")
-            routed = [(a * n + b, min(p[0] for p in pts), max(p[0] for p in pts))
-                      for (a, b), pts in result.routes.items() if pts]
-            if routed:
-                r_code, r_lo, r_hi = (np.asarray(c) for c in zip(*routed))
-                k = np.minimum(np.searchsorted(code, r_code, sorter=by_code), m - 1)
-                hit = code[by_code[k]] == r_code
-                j = by_code[k[hit]]
-                self.ex0[j] = np.minimum(self.ex0[j], r_lo[hit])
-                self.ex1[j] = np.maximum(self.ex1[j], r_hi[hit])
         self.edge_pending = np.ones(m, dtype=bool)
+        self.left = n
+        self._order = ix.order.tolist()
+        self._cursor = 0
+        self._inc = ix.incident.tolist()
+        self._inc_at = ix.incident_at.tolist()
         self._view: tuple[float, float, float, float] | None = None
         self._near: list[int] = []
 
