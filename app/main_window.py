@@ -91,7 +91,8 @@ class _CanvasArea(QWidget):
 class MainWindow(QMainWindow):
     """NPU Studio's editor window."""
 
-    document_shown = Signal()  # a model is on screen and laid out
+    document_shown = Signal()  # a model is on screen and laid out, every canvas item made
+    canvas_shown = Signal()  # the first view of a model is drawn (other items may still be in the making)
     compile_finished = Signal(object)
 
     def __init__(self, settings: QSettings | None = None, recovery_dir: str | Path | None = None,
@@ -331,6 +332,7 @@ class MainWindow(QMainWindow):
         self.scene = scene
         scene.populate_progress.connect(self._show_progress)
         scene.populated.connect(self._on_scene_populated)
+        scene.view_ready.connect(self.canvas_shown)
         scene.message.connect(self._on_message)
         scene.selectionChanged.connect(self._on_selection_changed)
         scene.relayout_requested.connect(self.relayout)
@@ -340,6 +342,7 @@ class MainWindow(QMainWindow):
             old.deleteLater()
         self._show_banner()
         scene.populate(snapshot, layout)
+        self.canvas.first_look()  # the layout's extent is known: the first slices make what it shows
 
     def _show_banner(self) -> None:
         """The banner over the canvas: the read-only optimized view, or the offer to set the
@@ -377,7 +380,6 @@ class MainWindow(QMainWindow):
 
     def _on_scene_populated(self) -> None:
         self._hide_progress()
-        self.canvas.first_look()
         if self.doc is not None and self.scene is not None and not self.scene.read_only:
             # Once the first frame is up: its clone of the graph should not add to that frame.
             self.doc.request_analysis(reinfer=self.doc.is_dirty, delay_ms=FIRST_ANALYSIS_DELAY_MS)
