@@ -308,9 +308,13 @@ def compile_job(control: TaskControl, req: AnalysisRequest, cache: AnalysisCache
     key = graph_key(req.graph)
     s, target = req.settings, req.target
     qcfg = quant_config_for(s.quant, target)
-    fkey = (key, s.disabled_passes, s.calibration, s.preprocess, repr(qcfg), s.analysis_samples,
+    # The optimized graph (whose tensors the statistics name) depends on the target's rules and
+    # lowerings: statistics are reused only for the same target (the worker's cache outlives a
+    # target switch and a window).
+    tkey = hashlib.sha256(repr(target).encode()).hexdigest()
+    ckey = (key, tkey, s.disabled_passes, s.calibration, s.preprocess, qcfg.bins) if key else None
+    fkey = (key, tkey, s.disabled_passes, s.calibration, s.preprocess, repr(qcfg), s.analysis_samples,
             target.npu.precision) if key else None
-    ckey = (key, s.disabled_passes, s.calibration, s.preprocess, qcfg.bins) if key else None
     front = cache.front(fkey) if fkey else None
     step = _progress(control)
     if front is None:

@@ -83,3 +83,20 @@ def test_an_edit_that_compiles_updates_the_charts_within_2s(qapp, tmp_path):
         assert took < MAX_UPDATE_S
     finally:
         close_analysed(win)
+
+
+def test_switching_the_target_recompiles_with_statistics_of_the_new_targets_graph(qapp, tmp_path):
+    """The worker process keeps calibration statistics across compiles; the optimized graph they
+    name depends on the target (ethos-u55's lowerings split a BatchNormalization phone-npu fuses),
+    so statistics from phone-npu reused for ethos-u55 failed the analysis with "not calibrated"."""
+    win, dock = open_analysed("mobilenet_demo", "phone-npu", tmp_path)
+    try:
+        ctl = dock.controller
+        ctl.set_target("ethos-u55")
+        wait_for(lambda: ctl.state == "failed" or (not ctl.busy and ctl.current is not None
+                                                   and ctl.current.compile.target.name == "ethos-u55"),
+                 90, "the ethos-u55 compile")
+        assert ctl.state != "failed", ctl.message
+        assert any(o.device == "npu" for o in ctl.current.sim.ops)
+    finally:
+        close_analysed(win)
