@@ -244,6 +244,27 @@ class _Fuser:
             return
 
 
+    def alias_identity(self, k: int) -> None:
+        """An Identity whose output is no graph output: its readers read its input instead
+        (one step less; the value is the same array either way)."""
+        step = self.steps[k]
+        if step.spec.op_type != "Identity" or step.spec.domain or len(step.outputs) != 1:
+            return
+        src, out = step.inputs[0] if step.inputs else None, step.outputs[0]
+        if src is None or out is None or out in self.keep or self.readers[out] == 0:
+            return
+        users = [j for j in range(k + 1, len(self.steps)) if j not in self.dead and out in self.steps[j].inputs]
+        if sum(self.steps[j].inputs.count(out) for j in users) != self.readers[out] or any(
+                any(True for _ in self.steps[j].node.subgraphs()) for j in users):
+            return  # a subgraph reads it by name
+        for j in users:
+            self.steps[j].inputs = tuple(src if n == out else n for n in self.steps[j].inputs)
+        self.readers[src] += self.readers[out] - 1
+        self.readers[out] = 0
+        self.reader_of[src] = max(self.reader_of.get(src, -1), *users)
+        self.dead.add(k)
+
+
 def fuse_steps(steps: list[Any], consts: Mapping[str, Any], readers: Counter, keep: set[str],
                blocked: set[str]) -> tuple[list[Any], dict[str, np.ndarray]]:
     """The fused step list and the new constants (folded weights) it reads.
@@ -252,6 +273,8 @@ def fuse_steps(steps: list[Any], consts: Mapping[str, Any], readers: Counter, ke
     values that must exist after the run (graph outputs), ``blocked`` the constants a feed may
     override. Steps are changed in place (inputs, outputs, post-ops)."""
     f = _Fuser(steps, consts, readers, keep, blocked)
+    for k in range(len(steps)):
+        f.alias_identity(k)
     for k in range(len(steps)):
         if k not in f.dead:
             f.fold_bn(k)

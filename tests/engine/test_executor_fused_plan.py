@@ -121,3 +121,21 @@ def test_a_spelled_out_gelu_runs_as_one_step_with_onnxruntimes_numbers():
     ex = Executor(engine.load(model))
     np.testing.assert_allclose(ex.run({"x": x})["y"], _ort(model, {"x": x})["y"], rtol=1e-6, atol=1e-7)
     assert _fused_steps(ex) == ["Relu", "Gelu"]
+
+
+def test_identities_are_read_through_and_a_graph_output_identity_stays():
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Identity", ["r"], ["i1"]),
+             helper.make_node("Identity", ["i1"], ["i2"]), helper.make_node("Sigmoid", ["i2"], ["s"]),
+             helper.make_node("Add", ["s", "i1"], ["y"]), helper.make_node("Identity", ["y"], ["z"])]
+    g = helper.make_graph(nodes, "ids", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+                          [helper.make_tensor_value_info("z", TensorProto.FLOAT, [3, 4]),
+                           helper.make_tensor_value_info("i2", TensorProto.FLOAT, [3, 4])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
+    ex = Executor(engine.load(model))
+    for _ in range(2):
+        got = ex.run({"x": x})
+        ref = _ort(model, {"x": x})
+        np.testing.assert_allclose(got["z"], ref["z"], rtol=1e-6)
+        np.testing.assert_array_equal(got["i2"], np.maximum(x, 0))  # kept though Sigmoid read it
+    assert _fused_steps(ex) == ["Relu", "Identity", "Sigmoid", "Add", "Identity"]
