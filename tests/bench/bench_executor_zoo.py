@@ -2,10 +2,11 @@
 
 Run: `python -m tests.bench.bench_executor_zoo [NAME ...]`. Both run in this process with one
 thread each (onnxruntime intra/inter-op 1, BLAS pinned to 1), interleaved run by run so a
-load spike on the machine hits both; the figures are medians. "ours" runs the graph as loaded,
-"opt" after our optimizer (onnxruntime always optimizes its own graph); the best CPU times (time.process_time) are printed too: on a shared,
-loaded machine they are what other processes inflate least. ``--opt`` adds our optimized graph. Targets: every ratio
-<= 1.5x, geometric mean <= 1.3x. Also prints the largest difference to onnxruntime's output
+load spike on the machine hits both; the wall figures are medians. "ours" runs the graph as
+loaded (onnxruntime always optimizes its own graph); the best CPU times (time.process_time)
+are printed too: on a shared, loaded machine they are what other processes inflate least.
+``--opt`` adds our optimizer's graph ("opt"). Targets: every ratio <= 1.5x, geometric mean
+<= 1.3x. Also prints the largest difference to onnxruntime's output
 relative to its largest value, so a fast but wrong kernel shows.
 """
 
