@@ -259,6 +259,9 @@ class Executor:
         self._env_stack: list[Mapping[str, Any]] = []
         self._hook: NodeHook | None = None
         self._hook_bodies = False
+        self.fused_fallbacks = 0
+        """Runs whose fused plan raised and were redone on the unfused plan (a bad model's
+        error, or a fusion bug that would otherwise only show as a slower run)."""
 
     def _plan(self, graph: Graph, fused: bool = False) -> _Plan:
         key = (id(graph), fused)
@@ -336,6 +339,7 @@ class Executor:
                     _run_steps(plan.steps, env, local)
                 except Exception:  # the unfused plan says what failed, node by node
                     fast = False
+                    self.fused_fallbacks += 1
             if not fast:
                 if plan.fused:  # redo the run on the unfused plan (feeds and constants are never written)
                     plan = self._plan(graph)

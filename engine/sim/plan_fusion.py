@@ -96,6 +96,7 @@ class _Fuser:
                     self.reader_of[n] = k
         self.new_consts: dict[str, np.ndarray] = {}
         self.dead: set[int] = set()
+        self.alias: dict[str, str] = {}  # an Identity's output -> the value read instead
 
     def const(self, name: str | None) -> np.ndarray | None:
         if name is None or name in self.blocked:
@@ -229,7 +230,7 @@ class _Fuser:
                 continue
             root = self.steps[idx[0]]  # type: ignore[index]
             inner = [self.steps[i] for i in idx[1:]]  # type: ignore[index]
-            x = m["x"].name
+            x = self.alias.get(m["x"].name, m["x"].name)  # the graph's name, or the value read instead
             if any(s.activation is not None or s.post or any(n in self.blocked and n != x for n in s.inputs)
                    for s in [root, *inner]):
                 continue
@@ -262,6 +263,7 @@ class _Fuser:
         self.readers[src] += self.readers[out] - 1
         self.readers[out] = 0
         self.reader_of[src] = max(self.reader_of.get(src, -1), *users)
+        self.alias[out] = self.alias.get(src, src)
         self.dead.add(k)
 
 

@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 import engine
 from engine.errors import ExecutionError
 from engine.sim.executor import Executor
+from tests.zoo import MATRIX, locate
 
 
 def _conv_bn_model(tail: str = "relu", extra_output: bool = False, dims=(1, 3, 9, 9)):
@@ -139,3 +140,38 @@ def test_identities_are_read_through_and_a_graph_output_identity_stays():
         np.testing.assert_allclose(got["z"], ref["z"], rtol=1e-6)
         np.testing.assert_array_equal(got["i2"], np.maximum(x, 0))  # kept though Sigmoid read it
     assert _fused_steps(ex) == ["Relu", "Identity", "Sigmoid", "Add", "Identity"]
+
+
+def test_a_gelu_whose_input_comes_through_an_identity_runs_fused():
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Identity", ["r"], ["i"]),
+             helper.make_node("Div", ["i", "sqrt2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["a"]), helper.make_node("Mul", ["i", "a"], ["m"]),
+             helper.make_node("Mul", ["m", "half"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(np.sqrt(2.0), np.float32), "sqrt2"),
+             numpy_helper.from_array(np.array(1, np.float32), "one"), numpy_helper.from_array(np.array(0.5, np.float32), "half")]
+    g = helper.make_graph(nodes, "gelu_id", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 30])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 30])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.random.default_rng(6).standard_normal((2, 30)).astype(np.float32)
+    ex = Executor(engine.load(model))
+    for _ in range(2):
+        np.testing.assert_allclose(ex.run({"x": x})["y"], _ort(model, {"x": x})["y"], rtol=1e-6, atol=1e-7)
+    assert _fused_steps(ex) == ["Relu", "Gelu"]
+    assert ex.fused_fallbacks == 0
+
+
+@pytest.mark.parametrize("entry", MATRIX, ids=lambda e: e.name)
+def test_every_zoo_model_runs_its_fused_plan_without_falling_back(entry):
+    path, why = locate(entry)
+    if path is None:
+        pytest.skip(why)
+    graph = engine.load(path, shapes=entry.shapes)
+    feeds = entry.feed()
+    ex = Executor(graph)
+    fused = ex.run(feeds)
+    unfused = ex.run(feeds, hook=lambda node, outs: None)
+    assert ex.fused_fallbacks == 0  # a fusion that fails at run time would only show as a slower run
+    for name, ref in unfused.items():
+        ref = np.asarray(ref)
+        scale = max(float(np.abs(ref).max()), 1e-12) if ref.size and ref.dtype.kind == "f" else 1.0
+        assert np.abs(np.asarray(fused[name], np.float64) - ref).max() / scale <= 1e-4 if ref.size else True, name
