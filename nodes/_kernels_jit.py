@@ -113,3 +113,27 @@ def hard_swish_flat(x, out):  # pragma: no cover - compiled
         t = v * sixth + half
         t = min(max(t, zero), one)
         out[i] = v * t
+
+
+@njit(cache=True, nogil=True, fastmath=_FAST)
+def conv2d_flat(xp, w, out, dh, dw, group):  # pragma: no cover - compiled
+    # stride 1: output (oy, ox) and tap (ky, kx) read the padded plane at flat index
+    # oy * wp + ox + (ky * dh * wp + kx * dw), so every tap is one long contiguous loop over
+    # the whole plane (rows kept at the input's pitch wp; the columns past ow are scratch)
+    n_batch, m, oh, wp = out.shape
+    cg = w.shape[1]
+    kh, kw = w.shape[2], w.shape[3]
+    mg = m // group
+    span = oh * wp - (kw - 1) * dw
+    for n in range(n_batch):
+        for oc in range(m):
+            g = oc // mg
+            dst = out[n, oc].reshape(-1)
+            for ci in range(cg):
+                src = xp[n, g * cg + ci].reshape(-1)
+                for ky in range(kh):
+                    for kx in range(kw):
+                        wv = w[oc, ci, ky, kx]
+                        s = src[ky * dh * wp + kx * dw:]
+                        for i in range(span):
+                            dst[i] += wv * s[i]

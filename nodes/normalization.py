@@ -71,7 +71,8 @@ class BatchNormalizationSpec(_NormSpec):
              AttrSpec("spatial", "int", 1, "Per-channel (1) or per-activation (0) statistics (opset < 9)."),
              AttrSpec("is_test", "int", 0, "Inference mode flag (opset < 7)."))
 
-    def _training(self, opset: int, attrs: dict[str, Any], n_outputs: int) -> bool:
+    def training(self, opset: int, attrs: dict[str, Any], n_outputs: int) -> bool:
+        """Whether a node with these attributes and outputs normalizes with batch statistics."""
         if opset >= 14:
             return bool(attrs.get("training_mode", 0))
         if opset < 7 and attrs.get("is_test", 0):
@@ -106,7 +107,7 @@ class BatchNormalizationSpec(_NormSpec):
             if want is not None and np.size(t) != want:
                 raise OpError(f"BatchNormalization: {label} has {np.size(t)} values, X of shape {list(x.shape)} "
                               f"needs {want} (one per channel)")
-        if self._training(ctx.opset, a, len(ctx.node.outputs) if ctx.node is not None else 1):
+        if self.training(ctx.opset, a, len(ctx.node.outputs) if ctx.node is not None else 1):
             axes = (0, *range(2, x.ndim)) if spatial else (0,)
             xf = x.astype(acc, copy=False)
             cur_mean = xf.mean(axis=axes)

@@ -304,11 +304,6 @@ def _centered(x: np.ndarray, zp: np.ndarray | None) -> np.ndarray:
     return d
 
 
-def _exact_float(amax: int, bmax: int, k: int) -> np.dtype:
-    """float32 when every partial sum of k products bounded by amax * bmax is exactly representable."""
-    return np.dtype(np.float32) if amax * bmax * max(k, 1) <= _F32_EXACT else np.dtype(np.float64)
-
-
 def _absmax(a: np.ndarray) -> int:
     return int(np.abs(a).max()) if a.size else 0
 
@@ -331,12 +326,45 @@ class IntOperand:
         return f
 
 
+MIN_EXACT_CHUNK = 64
+"""Shortest stretch of the summed axis worth a float32 product of its own: below it one
+float64 product is cheaper than the chunks' extra passes."""
+
+
+def exact_chunk(amax: int, bmax: int, k: int) -> int:
+    """How many products bounded by amax * bmax float32 sums exactly (every partial sum within
+    2**24): k when all of them, else a shorter chunk (0: too short to pay, use float64)."""
+    lim = _F32_EXACT // max(amax * bmax, 1)
+    if lim >= k:
+        return k
+    return lim if lim >= MIN_EXACT_CHUNK else 0
+
+
+def _chunked_exact(k: int, chunk: int, product) -> np.ndarray:
+    """int32 sum of ``product(k0, k1)`` (an exact float32 partial product over [k0, k1)) over
+    chunks of the summed axis; the chunks' sums add exactly in float64."""
+    acc = None
+    for k0 in range(0, k, chunk):
+        part = product(k0, min(k, k0 + chunk))
+        acc = part.astype(np.float64) if acc is None else np.add(acc, part, out=acc)
+    return acc.astype(np.int32)
+
+
 def int_matmul(a: np.ndarray, b: np.ndarray | IntOperand) -> np.ndarray:
-    """Exact int32 matmul of int32 operands through float BLAS."""
+    """Exact int32 matmul of int32 operands through float BLAS: float32 when its sums are exact,
+    float32 over chunks of K when a chunk's are (a uint8 x int8 product of K = 1024 sums up to
+    3e7, beyond float32's 2**24, in two exact chunks: twice float64's speed), else float64."""
     op = b if isinstance(b, IntOperand) else IntOperand(b)
     k = a.shape[-1]
-    dt = _exact_float(_absmax(a), op.bmax, k)
-    return np.rint(matmul(a.astype(dt), op.as_float(dt))).astype(np.int32)
+    chunk = exact_chunk(_absmax(a), op.bmax, k)
+    if chunk == k:
+        return matmul(a.astype(np.float32), op.as_float(np.dtype(np.float32))).astype(np.int32)  # exact integers
+    if chunk:
+        af, bf = a.astype(np.float32), op.as_float(np.dtype(np.float32))
+        return _chunked_exact(k, chunk, lambda k0, k1: matmul(
+            af[..., k0:k1], bf[k0:k1] if bf.ndim == 1 else bf[..., k0:k1, :]))
+    dt = np.dtype(np.float64)
+    return matmul(a.astype(dt), op.as_float(dt)).astype(np.int32)
 
 
 def cached_int_operand(ctx: RunContext, key: str, sources: tuple[Any, ...],
@@ -382,13 +410,33 @@ def _f32(x: np.ndarray) -> np.ndarray:
     return np.asarray(x).astype(np.float32)
 
 
-def int_conv(x: np.ndarray, w: np.ndarray, attrs: dict) -> np.ndarray:
-    """Exact int32 convolution of centered (int32) x and w through the float Conv kernel."""
-    strides, dils, pb, pe = conv_geometry(attrs, x.shape, w.shape)
-    k = int(np.prod(w.shape[1:]))
-    dt = _exact_float(_absmax(x), _absmax(w), k)
-    y = conv_nd(x.astype(dt), w.astype(dt), None, strides, dils, pb, pe, int(attrs["group"]))
-    return np.rint(y).astype(np.int32)
+def int_conv(x: np.ndarray, w: np.ndarray | IntOperand, attrs: dict, x_zp: np.ndarray | None = None) -> np.ndarray:
+    """Exact int32 convolution of integer ``x`` minus its scalar zero point ``x_zp`` and centered
+    (int32) ``w`` through the float Conv kernel: in float32 when its sums are exact, else (one
+    group) in float32 over chunks of input channels whose sums are, else in float64. The float
+    results are exact integers, so they convert to int32 without rounding."""
+    op = w if isinstance(w, IntOperand) else IntOperand(w)
+    if x_zp is not None and np.size(x_zp) != 1:
+        x, x_zp = _centered(x, x_zp), None
+    zp = int(np.asarray(x_zp).reshape(-1)[0]) if x_zp is not None else 0
+    amax = max(abs(int(x.max()) - zp), abs(int(x.min()) - zp)) if x.size else 0
+    strides, dils, pb, pe = conv_geometry(attrs, x.shape, op.b.shape)
+    group = int(attrs["group"])
+    taps = int(np.prod(op.b.shape[2:]))
+    k = op.b.shape[1] * taps
+    chunk = exact_chunk(amax, op.bmax, k)
+    if chunk and chunk < k and (group != 1 or chunk < taps):
+        chunk = 0
+    dt = np.dtype(np.float32) if chunk else np.dtype(np.float64)
+    xf = x.astype(dt)
+    if zp:
+        xf -= dt.type(zp)
+    wf = op.as_float(dt)
+    if chunk and chunk < k:
+        step = chunk // taps
+        return _chunked_exact(op.b.shape[1], step, lambda c0, c1: conv_nd(
+            xf[:, c0:c1], wf[:, c0:c1], None, strides, dils, pb, pe, 1))
+    return conv_nd(xf, wf, None, strides, dils, pb, pe, group).astype(np.int32)
 
 
 def _w_channel_param(p: np.ndarray | None, w_ndim: int) -> np.ndarray | None:
@@ -469,9 +517,8 @@ class ConvIntegerSpec(_IntConvSpec):
     def reference(self, ctx: RunContext, x: np.ndarray, w: np.ndarray, x_zp: np.ndarray | None = None,
                   w_zp: np.ndarray | None = None) -> np.ndarray:
         """Exact integer convolution (padding contributes x_zero_point, i.e. zero)."""
-        xc = _centered(x, x_zp)
-        wc = _centered(w, _w_channel_param(w_zp, w.ndim))
-        return int_conv(xc, wc, ctx.attrs)
+        wc = cached_int_operand(ctx, "W", (w, w_zp), lambda: _centered(w, _w_channel_param(w_zp, w.ndim)))
+        return int_conv(x, wc, ctx.attrs, x_zp)
 
 
 @register("QLinearConv", since=10)
@@ -493,7 +540,8 @@ class QLinearConvSpec(_IntConvSpec):
                   w: np.ndarray, w_scale: np.ndarray, w_zp: np.ndarray | None, y_scale: np.ndarray,
                   y_zp: np.ndarray | None, b: np.ndarray | None = None) -> np.ndarray:
         """int32 accumulation + bias, float32 requantization rounding half to even."""
-        acc = int_conv(_centered(x, x_zp), _centered(w, _w_channel_param(w_zp, w.ndim)), ctx.attrs)
+        wc = cached_int_operand(ctx, "W", (w, w_zp), lambda: _centered(w, _w_channel_param(w_zp, w.ndim)))
+        acc = int_conv(x, wc, ctx.attrs, x_zp)
         nsp = x.ndim - 2
         if b is not None:
             acc = acc + b.astype(np.int32).reshape((1, -1) + (1,) * nsp)

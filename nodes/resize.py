@@ -146,11 +146,41 @@ def resample_axis(x: np.ndarray, axis: int, idx: np.ndarray, w: np.ndarray) -> n
     return out
 
 
+def _repeat_factors(shape: Sequence[int], out_sizes: Sequence[int], scales: Sequence[float], mode: str,
+                    coord_mode: str, nearest_mode: str, roi: Sequence[tuple[float, float]] | None) -> list[int] | None:
+    """Per axis the integer factor when nearest/asymmetric/floor resizing by whole scales is
+    plain repetition (source index floor(o / s) = o // s), else None."""
+    if mode != "nearest" or coord_mode != "asymmetric" or nearest_mode != "floor" or roi is not None:
+        return None
+    out = []
+    for n_in, n_out, sc in zip(shape, out_sizes, scales):
+        f = int(sc)
+        if f < 1 or f != sc or n_out != n_in * f:
+            return None
+        out.append(f)
+    return out
+
+
+def repeat_nearest(x: np.ndarray, factors: Sequence[int]) -> np.ndarray:
+    """Every element repeated ``factors[axis]`` times along each axis, in one copy (a
+    broadcast view reshaped): the 2x nearest upsampling of feature pyramids."""
+    view_shape: list[int] = []
+    full_shape: list[int] = []
+    for n, f in zip(x.shape, factors):
+        view_shape += [n, 1]
+        full_shape += [n, f]
+    out = np.broadcast_to(x.reshape(view_shape), full_shape).reshape([n * f for n, f in zip(x.shape, factors)])
+    return np.array(out, copy=True) if np.shares_memory(out, x) else out
+
+
 def resize_nd(x: np.ndarray, out_sizes: Sequence[int], scales: Sequence[float], mode: str = "nearest",
               coord_mode: str = "half_pixel", nearest_mode: str = "round_prefer_floor", cubic_a: float = -0.75,
               exclude_outside: bool = False, extrapolation: float = 0.0, antialias: bool = False,
               roi: Sequence[tuple[float, float]] | None = None) -> np.ndarray:
     """Resize every axis of ``x`` to ``out_sizes`` (separable resampling)."""
+    factors = _repeat_factors(x.shape, out_sizes, scales, mode, coord_mode, nearest_mode, roi)
+    if factors is not None:
+        return repeat_nearest(x, factors)
     if mode == "nearest" or x.dtype in (np.float32, np.float64):
         y = x
     else:  # interpolate narrow floats and integers in float32

@@ -164,6 +164,16 @@ class RunContext:
         # node and nothing else references its buffer (no view, no other holder).
         self.donate = -1
 
+    def keep(self, key: str, source: Any, make: Callable[[], Any]) -> Any:
+        """``make()``, kept in ``cache`` while the same ``source`` object comes in (identity): a
+        kernel prepares a constant input (a transposed weight) once per plan, not once per run."""
+        hit = self.cache.get(key)
+        if hit is not None and hit[0] is source:
+            return hit[1]
+        value = make()
+        self.cache[key] = (source, value)
+        return value
+
 
 @dataclass(frozen=True)
 class Verdict:

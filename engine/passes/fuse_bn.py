@@ -48,11 +48,17 @@ def bn_scale_shift(bn: Node) -> tuple[np.ndarray, np.ndarray, np.ndarray] | str:
             return f"BatchNormalization {what} is not a constant"
         if arr.dtype.kind != _FLOATS:
             return f"BatchNormalization {what} is not floating point"
-        arrays.append(arr.astype(np.float64).reshape(-1))
-    gamma, beta, mean, var = arrays
+        arrays.append(arr)
+    return bn_affine(float(bn.attrs.get("epsilon", 1e-5)), *arrays)
+
+
+def bn_affine(eps: float, gamma: np.ndarray, beta: np.ndarray, mean: np.ndarray,
+              var: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | str:
+    """(s, beta, mean) in float64 from BatchNormalization's parameter arrays, or why they do
+    not fit (the executor's fused plan folds with this too)."""
+    gamma, beta, mean, var = (np.asarray(a).astype(np.float64).reshape(-1) for a in (gamma, beta, mean, var))
     if not (gamma.size == beta.size == mean.size == var.size):
         return "BatchNormalization parameters differ in length"
-    eps = float(bn.attrs.get("epsilon", 1e-5))
     return gamma / np.sqrt(var + eps), beta, mean
 
 

@@ -12,7 +12,7 @@ copy or a caller's array keeps it), so a chain of elementwise ops reuses one buf
 from __future__ import annotations
 
 import sys
-from collections import ChainMap
+from collections import ChainMap, Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +22,7 @@ import numpy as np
 from engine.errors import ExecutionError, InputError, InternalError, ModelError
 from engine.ir.fused import activation_fn
 from engine.ir.graph import Graph, Node
+from engine.sim.plan_fusion import PostOp, fuse_steps, run_post
 from nodes import registry
 from nodes.spec import NodeContext, OpError, OpSpec, RunContext
 from nodes.types import TensorType
@@ -40,25 +41,22 @@ class _Step:
     free: tuple[str, ...]
     activation: Callable[[np.ndarray], np.ndarray] | None = None  # a fused activation, run after the kernel
     donors: tuple[int, ...] = ()  # inputs that die here and may become the output buffer (inplace specs)
+    post: tuple[PostOp, ...] = ()  # consumers fused into this step (fused plans: engine/sim/plan_fusion.py)
+    fn: Callable[..., Any] | None = None  # spec.reference, bound once
+    single: bool = False  # one output, written directly when the kernel returns an array
+    out0: str | None = None
 
 
 class _Plan:
-    def __init__(self, graph: Graph, executor: Executor) -> None:
+    """The steps of one graph; ``fused`` plans (runs without a hook or keep_all) also fold
+    BatchNormalization into Convs and run in-place consumers as post-ops (plan_fusion.py)."""
+
+    def __init__(self, graph: Graph, executor: Executor, fused: bool = False) -> None:
         self.version = graph.version
-        order = graph.toposort()
+        self.graph = graph
+        self.fused = fused
         steps: list[_Step] = []
-        last_use: dict[str, int] = {}
-        for k, node in enumerate(order):
-            for name in _all_reads(node):
-                last_use[name] = k
-        keep = {v.name for v in graph.outputs}
-        frees: list[list[str]] = [[] for _ in order]
-        local = {n for node in order for n in (v.name for v in node.outputs if v is not None)}
-        local |= {v.name for v in graph.inputs}
-        for name, k in last_use.items():
-            if name not in keep and name in local:
-                frees[k].append(name)
-        for k, node in enumerate(order):
+        for node in graph.toposort():
             spec = registry.get(node.op_type, node.domain)
             if spec is None:
                 from engine.unsupported import unsupported_message
@@ -73,7 +71,7 @@ class _Plan:
             steps.append(_Step(node, spec, ctx,
                                tuple(v.name if v is not None else None for v in node.inputs),
                                tuple(v.name if v is not None else None for v in node.outputs),
-                               tuple(frees[k]),
+                               (),
                                activation_fn(node, graph.opset("")) if node.activation else None))
         self.consts = {name: v.const for name, v in graph.initializers.items()}
         # Steps that read only constants are computed once, on the first run, and cached (as a
@@ -88,18 +86,46 @@ class _Plan:
                 const_names.update(n for n in step.outputs if n is not None)
             else:
                 self.steps.append(step)
+        self.consts_ready = False
+        if not self.const_steps:
+            self.schedule()
+
+    def schedule(self) -> None:
+        """Once the constants are known: fuse (fused plans), then when each value dies and
+        which dying inputs an in-place kernel may overwrite."""
+        graph = self.graph
+        keep = {v.name for v in graph.outputs}
         feeds = {v.name for v in graph.inputs}
-        for step in self.steps:  # a cached constant is never freed by a later step
-            step.free = tuple(n for n in step.free if n not in const_names)
+        reads = [_step_reads(step) for step in self.steps]
+        if self.fused:
+            readers: Counter = Counter(n for r in reads for n in r)
+            blocked = feeds | set(graph.overridable)
+            self.steps, folded = fuse_steps(self.steps, self.consts, readers, keep, blocked)
+            self.consts.update(folded)
+            reads = [_step_reads(step) for step in self.steps]
+        local = feeds | {n for step in self.steps for n in step.outputs if n is not None}
+        last_use: dict[str, int] = {}
+        for k, names in enumerate(reads):
+            for name in names:
+                last_use[name] = k
+        frees: list[list[str]] = [[] for _ in self.steps]
+        for name, k in last_use.items():
+            if name not in keep and name in local and name not in self.consts:
+                frees[k].append(name)
+        for step, free in zip(self.steps, frees):
+            step.free = tuple(free)
+            step.fn = step.spec.reference
+            step.single = len(step.outputs) == 1 and step.outputs[0] is not None
+            step.out0 = step.outputs[0] if step.outputs else None
             if step.spec.inplace:  # never a feed (the caller's array) nor a constant
                 step.donors = tuple(i for i, n in enumerate(step.inputs)
                                     if n in step.free and n not in feeds and step.inputs.count(n) == 1)
-        self.consts_ready = not self.const_steps
+        self.consts_ready = True
 
 
-def _all_reads(node: Node) -> list[str]:
-    names = [v.name for v in node.inputs if v is not None]
-    for sg in node.subgraphs():
+def _step_reads(step: _Step) -> list[str]:
+    names = [n for n in step.inputs if n is not None]
+    for sg in step.node.subgraphs():
         for inner in sg.all_nodes():
             names.extend(v.name for v in inner.inputs if v is not None)
     return names
@@ -127,11 +153,16 @@ differently is followed). One more means a view or another holder (a hook, the c
 
 
 def _donor(step: _Step, args: list[Any]) -> int:
-    """The first of the step's donor inputs whose buffer nothing else references, else -1."""
+    """The first of the step's donor inputs whose buffer nothing else references, else -1.
+
+    The buffer is the array's own, or the base of a view (a Conv's reshaped matmul result, a
+    Reshape of a dying value) that only this view references."""
     for i in step.donors:
         a = args[i]
-        if (isinstance(a, np.ndarray) and a.flags.owndata and a.flags.writeable
-                and sys.getrefcount(a) == _HELD_BY_RUN):
+        if isinstance(a, np.ndarray) and a.flags.writeable and sys.getrefcount(a) == _HELD_BY_RUN and (
+                a.flags.owndata or (type(a.base) is np.ndarray and a.base.flags.owndata
+                                    and a.flags.c_contiguous and a.size == a.base.size
+                                    and sys.getrefcount(a.base) == 2)):
             return i
     return -1
 
@@ -144,12 +175,14 @@ def _execute(step: _Step, env: Mapping[str, Any], local: dict[str, Any], donate:
     except KeyError as exc:
         raise ExecutionError(f"node {step.node.name!r} ({step.node.op_type}) reads "
                              f"{exc.args[0]!r}, which has no value") from None
-    if donate and step.donors:
-        step.ctx.donate = _donor(step, args)
+    if step.donors:
+        step.ctx.donate = _donor(step, args) if donate else -1
     try:
         res = step.spec.reference(step.ctx, *args)
         if step.activation is not None:
             res = [step.activation(_first(res))]
+        if step.post:
+            res = [run_post(step.post, _first(res))]
     except (ExecutionError, InputError, ModelError, InternalError):
         raise
     except OpError as exc:  # a check a spec makes on purpose: the model or its data is at fault
@@ -163,6 +196,11 @@ def _execute(step: _Step, env: Mapping[str, Any], local: dict[str, Any], donate:
         # inputs the op accepts and a kernel that fails on them: a bug in our kernel, not bad input
         raise InternalError(f"node {step.node.name!r} ({step.node.op_type}) raised "
                             f"{type(exc).__name__}: {exc}") from exc
+    _store(step, res, local)
+
+
+def _store(step: _Step, res: Any, local: dict[str, Any]) -> None:
+    """Write a kernel's result (an array or a sequence of outputs) into ``local``."""
     outs = [np.asarray(res)] if isinstance(res, (np.ndarray, np.generic)) else list(res)
     for name, arr in zip(step.outputs, outs):
         if name is not None:
@@ -217,16 +255,20 @@ class Executor:
         self.graph = graph
         self.max_bytes = max_bytes if max_bytes is not None else default_memory_limit()
         self._checked: set[tuple] = set()
-        self._plans: dict[int, _Plan] = {}
+        self._plans: dict[tuple[int, bool], _Plan] = {}
         self._env_stack: list[Mapping[str, Any]] = []
         self._hook: NodeHook | None = None
         self._hook_bodies = False
+        self.fused_fallbacks = 0
+        """Runs whose fused plan raised and were redone on the unfused plan (a bad model's
+        error, or a fusion bug that would otherwise only show as a slower run)."""
 
-    def _plan(self, graph: Graph) -> _Plan:
-        plan = self._plans.get(id(graph))
+    def _plan(self, graph: Graph, fused: bool = False) -> _Plan:
+        key = (id(graph), fused)
+        plan = self._plans.get(key)
         if plan is None or plan.version != graph.version:
-            plan = _Plan(graph, self)
-            self._plans[id(graph)] = plan
+            plan = _Plan(graph, self, fused)
+            self._plans[key] = plan
         return plan
 
     def run(self, feeds: Mapping[str, np.ndarray], keep_all: bool = False,
@@ -272,7 +314,7 @@ class Executor:
                 plan.steps[:0] = plan.const_steps[k + 1:]
                 break
         plan.const_steps = []
-        plan.consts_ready = True
+        plan.schedule()
 
     def run_subgraph(self, graph: Graph, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         """Run a subgraph (If/Loop body) that may read values of the enclosing scopes."""
@@ -282,22 +324,37 @@ class Executor:
 
     def _run(self, graph: Graph, feeds: Mapping[str, np.ndarray], outer: Mapping[str, Any],
              keep_all: bool) -> dict[str, np.ndarray]:
-        plan = self._plan(graph)
+        hook = self._hook if graph is self.graph or self._hook_bodies else None
+        fast = hook is None and not keep_all
+        plan = self._plan(graph, fast)
         if not plan.consts_ready:
             self._fold_constants(plan, outer)
         local: dict[str, Any] = dict(plan.consts)
         local.update(feeds)
         env = ChainMap(local, outer) if outer else local
         self._env_stack.append(env)
-        hook = self._hook if graph is self.graph or self._hook_bodies else None
         try:
-            for step in plan.steps:
-                _execute(step, env, local, not keep_all)
-                if hook is not None:
-                    hook(step.node, [local.get(n) if n is not None else None for n in step.outputs])
-                if not keep_all:
-                    for name in step.free:
-                        local.pop(name, None)
+            if fast:
+                try:
+                    _run_steps(plan.steps, env, local)
+                except Exception:  # the unfused plan says what failed, node by node
+                    fast = False
+                    self.fused_fallbacks += 1
+            if not fast:
+                if plan.fused:  # redo the run on the unfused plan (feeds and constants are never written)
+                    plan = self._plan(graph)
+                    if not plan.consts_ready:
+                        self._fold_constants(plan, outer)
+                    local.clear()
+                    local.update(plan.consts)
+                    local.update(feeds)
+                for step in plan.steps:
+                    _execute(step, env, local, not keep_all)
+                    if hook is not None:
+                        hook(step.node, [local.get(n) if n is not None else None for n in step.outputs])
+                    if not keep_all:
+                        for name in step.free:
+                            local.pop(name, None)
         finally:
             self._env_stack.pop()
         if keep_all:
@@ -308,3 +365,25 @@ class Executor:
                 raise ExecutionError(f"graph output {v.name!r} was never computed")
             out[v.name] = env[v.name]
         return out
+
+
+def _run_steps(steps: list[_Step], env: Mapping[str, Any], local: dict[str, Any]) -> None:
+    """The hot loop of a fused plan: no hook, no error wrapping (a failure is rerun on the
+    unfused plan, whose messages name the node); kernels, donation and frees as in ``_execute``."""
+    ndarray = np.ndarray
+    for step in steps:
+        args = [env[n] if n is not None else None for n in step.inputs]
+        if step.donors:
+            step.ctx.donate = _donor(step, args)
+        res = step.fn(step.ctx, *args)
+        if step.activation is not None:
+            res = step.activation(_first(res))
+        if step.post:
+            res = run_post(step.post, _first(res))
+        if step.single and type(res) is ndarray:
+            local[step.out0] = res  # type: ignore[index]
+        else:
+            _store(step, res, local)
+        res = args = None  # no reference of ours may stop the next step's donation
+        for name in step.free:
+            local.pop(name, None)

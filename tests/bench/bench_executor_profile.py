@@ -2,8 +2,9 @@
 
 Run: `python -m tests.bench.bench_executor_profile [NAME ...]` (names from
 tests/bench/_cnn_cases.py; default: the 320x320 text detector, the recognizer and the light
-ResNet-50). For each model: per op type, our milliseconds per run (timed between the executor's
-per-node hook calls) and the share of our total, onnxruntime's milliseconds per run from its
+ResNet-50). For each model: per op type, our CPU milliseconds per run (this thread's CPU time
+between the executor's per-node hook calls, so other processes on a shared machine do not
+inflate it; a hook runs the unfused plan, one step per node) and the share of our total, onnxruntime's milliseconds per run from its
 enable_profiling JSON (per-node kernel times; its fused nodes, e.g. FusedConv, are counted under
 the op they came from) and the ratio. Conv is split into grouped/depthwise ("Conv/g") and dense.
 BLAS and onnxruntime on one thread.
@@ -63,13 +64,13 @@ def ours_profile(graph, feeds) -> dict[str, float]:
     last = [0.0]
 
     def hook(node, _outs):
-        now = time.perf_counter()
+        now = time.thread_time()
         g = int(node.attrs.get("group", 1) or 1) if node.op_type == "Conv" else 1
         acc[_kind(node.op_type, g)] += now - last[0]
         last[0] = now
 
     for _ in range(RUNS):
-        last[0] = time.perf_counter()
+        last[0] = time.thread_time()
         ex.run(feeds, hook=hook)
     return {k: v / RUNS * 1e3 for k, v in acc.items()}
 

@@ -20,6 +20,7 @@ def test_light_model_matches_onnxruntime(path):
     graph = engine.load(path)
     feeds = _feeds(graph)
     ours = engine.execute(graph, feeds)
+    assert engine.executor_for(graph).fused_fallbacks == 0  # the fused plan ran, not its unfused redo
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL

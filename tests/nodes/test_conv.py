@@ -76,6 +76,8 @@ def test_conv_channel_mismatch_is_reported():
     {"group": 2, "auto_pad": "SAME_UPPER"},
     {"group": 6, "strides": [2, 2], "pads": [1, 1, 1, 1]},  # depthwise
     {"kernel_shape": [1, 1], "strides": [2, 2]},  # strided pointwise
+    {"group": 6, "pads": [2, 1, 0, 2], "dilations": [2, 1]},  # stride-1 depthwise: one pass per tap and plane
+    {"group": 3, "kernel_shape": [5, 3], "pads": [2, 1, 2, 1]},  # 2 x 2 channels per group, whole plane
 ])
 def test_conv_values_match_direct_convolution(attrs):
     rng = np.random.default_rng(0)

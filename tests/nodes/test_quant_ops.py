@@ -153,6 +153,29 @@ def test_conv_integer_pads_with_zero_point_and_counts_macs():
     assert ctx.spec.work(ctx).macs == 1 * 4 * 3 * 3 * 3 * 3 * 3
 
 
+def test_integer_products_beyond_float32s_exact_range_stay_exact():
+    # uint8 x int8 sums of K = 1024 (matmul) and 64 channels x 9 taps (conv) reach 3e7 and
+    # 7e6 x 9, beyond float32's 2**24: they run as float32 chunks whose sums are exact
+    rng = np.random.default_rng(5)
+    a = np.full((4, 1024), 255, np.uint8)
+    a[1:] = rng.integers(0, 256, (3, 1024), dtype=np.uint8)
+    b = np.full((1024, 3), -128, np.int8)
+    b[:, 1:] = rng.integers(-128, 128, (1024, 2), dtype=np.int8)
+    g = _load([helper.make_node("MatMulInteger", ["a", "b"], ["y"])], [("a", TensorProto.UINT8, (4, 1024))], ["y"],
+              [("b", b)])
+    np.testing.assert_array_equal(engine.execute(g, {"a": a})["y"], a.astype(np.int64) @ b.astype(np.int64))
+    x = rng.integers(0, 256, (1, 64, 7, 9), dtype=np.uint8)
+    x[0, :, 2:5, 3:6] = 255
+    w = rng.integers(0, 256, (5, 64, 3, 3), dtype=np.uint8)
+    w[0] = 255
+    g = _load([helper.make_node("ConvInteger", ["x", "w", "xzp"], ["y"], pads=[1, 1, 1, 1])],
+              [("x", TensorProto.UINT8, (1, 64, 7, 9))], ["y"], [("w", w), ("xzp", np.array(3, np.uint8))])
+    for _ in range(2):  # the second run reuses the prepared weight
+        y = engine.execute(g, {"x": x})["y"]
+        np.testing.assert_array_equal(y, _int_conv_naive(x.astype(np.int64) - 3, w.astype(np.int64), [1, 1, 1, 1], [1, 1]))
+    assert int(y.max()) > 2**24
+
+
 def test_qlinear_conv_per_channel_requantization():
     rng = np.random.default_rng(3)
     x = rng.integers(-128, 128, (2, 2, 5, 5), dtype=np.int8)

@@ -63,6 +63,28 @@ def test_nearest_rounding_is_opset_dependent():
     np.testing.assert_array_equal(y, [1, 4, 8])
 
 
+@pytest.mark.parametrize("scales", [[1, 1, 2, 2], [1, 1, 8, 4], [1, 1, 3, 1]])
+def test_whole_scale_nearest_upsampling_repeats_each_pixel_as_onnxruntime_does(scales):
+    import onnxruntime as ort
+
+    x = np.random.default_rng(0).standard_normal((1, 2, 5, 7)).astype(np.float32)
+    attrs = {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
+    g = _resize(x.shape, scales=scales, **attrs)
+    y = engine.execute(g, {"x": x})["y"]
+    expect = x
+    for axis, f in enumerate(scales):
+        expect = np.repeat(expect, f, axis=axis)
+    np.testing.assert_array_equal(y, expect)
+    node = helper.make_node("Resize", ["x", "", "s"], ["y"], **attrs)
+    model = helper.make_model(helper.make_graph(
+        [node], "r", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, expect.shape)],
+        [helper.make_tensor("s", TensorProto.FLOAT, [4], [float(v) for v in scales])]),
+        opset_imports=[helper.make_opsetid("", 19)])
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(y, sess.run(None, {"x": x})[0])
+
+
 def test_upsample_attribute_and_input_forms_agree():
     x = np.arange(6, dtype=np.float32).reshape(1, 1, 2, 3)
     g7 = _load([helper.make_node("Upsample", ["x"], ["y"], scales=[1.0, 1.0, 2.0, 3.0])],

@@ -1,0 +1,287 @@
+"""Fusions of the executor's fast plan: fewer steps and memory passes, the user's graph untouched.
+
+The executor runs a graph without a hook and without ``keep_all`` on a *fused* plan (a hook or
+keep_all needs every node's own output and gets one step per node). Two rewrites, both on
+the plan's steps once the constants are known (Constant nodes and constant-only subgraphs
+folded on the first run):
+
+- BatchNormalization after a Conv whose output it alone reads, with constant weights and
+  statistics, in inference mode: the Conv's weights and bias absorb it (the maths and the
+  float64 arithmetic of engine/passes/fuse_bn.py), so the two passes of BatchNormalization
+  over the feature map disappear. Results change within float32 rounding.
+- An in-place consumer (an activation, Clip, Add/Mul/Sub/Div by a constant, a standalone
+  BatchNormalization) of a Conv, ConvTranspose, Gemm or MatMul output, or of a previous such
+  consumer, that alone reads it and whose other inputs are constants: it runs as a post-op of
+  the producer's step on the producer's fresh output buffer (the consumer's own kernel with
+  that input donated, so the arithmetic is the unfused one). ``x * Sigmoid(x)`` (SiLU) fuses
+  the same way. This saves the per-step dispatch and a buffer.
+- Gelu spelled out as x * 0.5 * (1 + erf(x / sqrt(2))) (the forms the optimizer's GeluRule
+  recognizes): one Gelu step, one pass of the compiled kernel (float64 inside, so at least as
+  close to the exact value as the float32 chain) instead of five.
+
+A value that a graph output, a subgraph, or a feed (an overridable initializer) can see is
+never fused away.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from engine.passes.fuse_bn import bn_affine
+from nodes import registry
+from nodes.spec import RunContext
+
+FRESH_PRODUCERS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
+"""Default-domain ops whose kernel always returns a new buffer nothing else holds."""
+
+
+@dataclass
+class PostOp:
+    """A consumer run on its producer's output: ``fn(ctx, *args)`` with the output at ``slot``
+    (donated: ``ctx.donate == slot``) and constants elsewhere; ``extra`` is a second consumer
+    (SiLU's Mul reading the output and this post-op's result)."""
+
+    fn: Callable[..., Any]
+    ctx: RunContext
+    args: tuple[Any, ...]
+    slot: int
+    extra: PostOp | None = None
+
+
+def run_post(posts: tuple[PostOp, ...], y: Any) -> Any:
+    """Apply the post-ops in order to a producer's output."""
+    for p in posts:
+        args = list(p.args)
+        if p.extra is None:
+            args[p.slot] = y
+            y = _array(p.fn(p.ctx, *args))
+            continue
+        args[p.slot] = y  # SiLU: s = Sigmoid(y) into a new buffer, then y *= s
+        s = _array(p.fn(p.ctx, *args))
+        m = p.extra
+        margs = list(m.args)
+        margs[m.slot] = y
+        margs[1 - m.slot] = s
+        y = _array(m.fn(m.ctx, *margs))
+    return y
+
+
+def _array(res: Any) -> Any:
+    return res if isinstance(res, np.ndarray) else np.asarray(res if isinstance(res, np.generic) else res[0])
+
+
+def _ctx(step: Any, donate: int) -> RunContext:
+    ctx = RunContext(step.node, step.ctx.attrs, step.ctx.opset, step.ctx.run_subgraph)
+    ctx.donate = donate
+    return ctx
+
+
+class _Fuser:
+    def __init__(self, steps: list[Any], consts: Mapping[str, Any], readers: Counter, keep: set[str],
+                 blocked: set[str]) -> None:
+        self.steps = steps
+        self.consts = consts
+        self.readers = readers
+        self.keep = keep
+        self.blocked = blocked
+        self.reader_of: dict[str, int] = {}
+        for k, step in enumerate(steps):
+            for n in step.inputs:
+                if n is not None:
+                    self.reader_of[n] = k
+        self.new_consts: dict[str, np.ndarray] = {}
+        self.dead: set[int] = set()
+        self.alias: dict[str, str] = {}  # an Identity's output -> the value read instead
+
+    def const(self, name: str | None) -> np.ndarray | None:
+        if name is None or name in self.blocked:
+            return None
+        v = self.consts.get(name)
+        return v if isinstance(v, np.ndarray) else None
+
+    def sole_reader(self, k: int) -> int | None:
+        """The index of the only step reading step k's single live output, else None."""
+        step = self.steps[k]
+        if any(n is not None and (self.readers[n] or n in self.keep) for n in step.outputs[1:]):
+            return None
+        y = step.outputs[0] if step.outputs else None
+        if y is None or y in self.keep or self.readers[y] != 1:
+            return None
+        j = self.reader_of.get(y)
+        if j is None or j <= k or j in self.dead or self.steps[j].inputs.count(y) != 1:
+            return None
+        return j
+
+    def absorb(self, k: int, j: int) -> None:
+        """Step k now also produces step j's outputs; step j is gone."""
+        self.steps[k].outputs = self.steps[j].outputs
+        self.dead.add(j)
+
+    def fold_bn(self, k: int) -> None:
+        step = self.steps[k]
+        if step.spec.op_type != "Conv" or step.spec.domain or step.activation is not None or step.post:
+            return
+        j = self.sole_reader(k)
+        if j is None:
+            return
+        bn = self.steps[j]
+        if bn.spec.op_type != "BatchNormalization" or bn.spec.domain or bn.inputs[0] != step.outputs[0]:
+            return
+        if bn.spec.training(bn.ctx.opset, bn.ctx.attrs, len(bn.node.outputs)) or \
+                (bn.ctx.opset < 9 and int(bn.ctx.attrs.get("spatial", 1)) != 1):
+            return
+        w = self.const(step.inputs[1])
+        b_name = step.inputs[2] if len(step.inputs) > 2 else None
+        b = self.const(b_name) if b_name is not None else None
+        stats = [self.const(n) for n in bn.inputs[1:5]]
+        if w is None or w.dtype not in (np.float32, np.float64) or w.ndim < 3 or (b_name is not None and b is None) \
+                or len(stats) != 4 or any(s is None or s.dtype.kind != "f" for s in stats):
+            return
+        affine = bn_affine(float(bn.ctx.attrs.get("epsilon", 1e-5)), *stats)  # type: ignore[arg-type]
+        m = w.shape[0]
+        if isinstance(affine, str) or affine[0].size != m or (b is not None and b.size != m):
+            return
+        s, beta, mean = affine
+        b64 = np.zeros(m) if b is None else b.astype(np.float64).reshape(-1)
+        w2 = (w.astype(np.float64) * s.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+        b2 = ((b64 - mean) * s + beta).astype(w.dtype)
+        wn, bnm = f"\x00fold/{step.node.name}/W", f"\x00fold/{step.node.name}/B"
+        self.new_consts[wn], self.new_consts[bnm] = w2, b2
+        step.inputs = (step.inputs[0], wn, bnm)
+        self.absorb(k, j)
+
+    def post_ops(self, k: int) -> None:
+        step = self.steps[k]
+        if step.spec.op_type not in FRESH_PRODUCERS or step.spec.domain:
+            return
+        posts = list(step.post)
+        while True:
+            j = self.sole_reader(k)
+            post = self.post_op(k, j) if j is not None else None
+            if post is None:
+                post = self.silu(k)
+                if post is None:
+                    break
+            else:
+                self.absorb(k, j)  # type: ignore[arg-type]
+            posts.append(post)
+        step.post = tuple(posts)
+
+    def post_op(self, k: int, j: int) -> PostOp | None:
+        """Step j as a post-op on step k's output, when it runs in place with constant other inputs."""
+        c = self.steps[j]
+        y = self.steps[k].outputs[0]
+        if not c.spec.inplace or c.activation is not None or c.post or any(True for _ in c.node.subgraphs()):
+            return None
+        slot = c.inputs.index(y)
+        args: list[Any] = []
+        for i, n in enumerate(c.inputs):
+            if i == slot or n is None:
+                args.append(None)
+                continue
+            v = self.const(n)
+            if v is None:
+                return None
+            args.append(v)
+        return PostOp(c.spec.reference, _ctx(c, slot), tuple(args), slot)
+
+    def silu(self, k: int) -> PostOp | None:
+        """y * Sigmoid(y) where the Sigmoid and the Mul are the only readers of y."""
+        y = self.steps[k].outputs[0]
+        if y is None or y in self.keep or self.readers[y] != 2 or any(
+                n is not None and (self.readers[n] or n in self.keep) for n in self.steps[k].outputs[1:]):
+            return None
+        users = [i for i in range(k + 1, len(self.steps)) if i not in self.dead and y in self.steps[i].inputs]
+        if len(users) != 2:
+            return None
+        sig, mul = (self.steps[i] for i in users)
+        if (sig.spec.op_type, mul.spec.op_type) != ("Sigmoid", "Mul") or sig.spec.domain or mul.spec.domain:
+            return None
+        s = sig.outputs[0]
+        if sig.activation or mul.activation or sig.post or mul.post or s is None or s in self.keep \
+                or self.readers[s] != 1 or sorted(mul.inputs, key=str) != sorted((y, s), key=str) or y == s:
+            return None
+        if self.sole_reader(users[0]) != users[1]:
+            return None
+        slot = mul.inputs.index(y)
+        extra = PostOp(mul.spec.reference, _ctx(mul, slot), (None, None), slot)
+        self.steps[k].outputs = mul.outputs
+        self.dead.update(users)
+        return PostOp(sig.spec.reference, _ctx(sig, -1), (None,), 0, extra)
+
+
+    def gelu(self, k: int) -> None:
+        """x * 0.5 * (1 + erf(x / sqrt(2))) spelled out in five ops (the optimizer's GeluRule
+        recognizes the forms) -> one Gelu step: one pass instead of five."""
+        step = self.steps[k]
+        if step.spec.op_type != "Erf" or step.spec.domain:
+            return
+        from engine.passes.fuse_transformer import GeluRule
+
+        for m in GeluRule("erf").matches(step.node):
+            where = {id(s.node): i for i, s in enumerate(self.steps) if i not in self.dead}
+            idx = [where.get(id(n)) for n in m.nodes]
+            if any(i is None for i in idx):
+                continue
+            root = self.steps[idx[0]]  # type: ignore[index]
+            inner = [self.steps[i] for i in idx[1:]]  # type: ignore[index]
+            x = self.alias.get(m["x"].name, m["x"].name)  # the graph's name, or the value read instead
+            if any(s.activation is not None or s.post or any(n in self.blocked and n != x for n in s.inputs)
+                   for s in [root, *inner]):
+                continue
+            if any(o is not None and (o in self.keep or self.readers[o] != 1) for s in inner for o in s.outputs):
+                continue
+            gelu = registry.get("Gelu")
+            if gelu is None:
+                continue
+            root.spec, root.inputs = gelu, (x,)
+            root.ctx = RunContext(root.node, {"approximate": "none"}, 20, root.ctx.run_subgraph)
+            self.dead.update(idx[1:])  # type: ignore[arg-type]
+            return
+
+
+    def alias_identity(self, k: int) -> None:
+        """An Identity whose output is no graph output: its readers read its input instead
+        (one step less; the value is the same array either way)."""
+        step = self.steps[k]
+        if step.spec.op_type != "Identity" or step.spec.domain or len(step.outputs) != 1:
+            return
+        src, out = step.inputs[0] if step.inputs else None, step.outputs[0]
+        if src is None or out is None or out in self.keep or self.readers[out] == 0:
+            return
+        users = [j for j in range(k + 1, len(self.steps)) if j not in self.dead and out in self.steps[j].inputs]
+        if sum(self.steps[j].inputs.count(out) for j in users) != self.readers[out] or any(
+                any(True for _ in self.steps[j].node.subgraphs()) for j in users):
+            return  # a subgraph reads it by name
+        for j in users:
+            self.steps[j].inputs = tuple(src if n == out else n for n in self.steps[j].inputs)
+        self.readers[src] += self.readers[out] - 1
+        self.readers[out] = 0
+        self.reader_of[src] = max(self.reader_of.get(src, -1), *users)
+        self.alias[out] = self.alias.get(src, src)
+        self.dead.add(k)
+
+
+def fuse_steps(steps: list[Any], consts: Mapping[str, Any], readers: Counter, keep: set[str],
+               blocked: set[str]) -> tuple[list[Any], dict[str, np.ndarray]]:
+    """The fused step list and the new constants (folded weights) it reads.
+
+    ``readers`` counts the reads of every value (subgraph reads included), ``keep`` holds the
+    values that must exist after the run (graph outputs), ``blocked`` the constants a feed may
+    override. Steps are changed in place (inputs, outputs, post-ops)."""
+    f = _Fuser(steps, consts, readers, keep, blocked)
+    for k in range(len(steps)):
+        f.alias_identity(k)
+    for k in range(len(steps)):
+        if k not in f.dead:
+            f.fold_bn(k)
+            f.gelu(k)
+    for k in range(len(steps)):
+        if k not in f.dead:
+            f.post_ops(k)
+    return [s for k, s in enumerate(steps) if k not in f.dead], f.new_consts

@@ -1,0 +1,177 @@
+"""The executor's fused plan: BatchNormalization folded into the Conv, activations run on the
+Conv's own buffer, the user's graph untouched and the numbers onnxruntime's.
+
+A run without a hook or keep_all uses it; a hook or keep_all gets one step per node.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import engine
+from engine.errors import ExecutionError
+from engine.sim.executor import Executor
+from tests.zoo import MATRIX, locate
+
+
+def _conv_bn_model(tail: str = "relu", extra_output: bool = False, dims=(1, 3, 9, 9)):
+    rng = np.random.default_rng(1)
+    c = 6
+    inits = [numpy_helper.from_array((rng.standard_normal((c, 3, 3, 3)) * 0.3).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(c).astype(np.float32), "b")]
+    for name, val in (("g", rng.uniform(0.5, 2, c)), ("be", rng.standard_normal(c)),
+                      ("mu", rng.standard_normal(c)), ("var", rng.uniform(0.2, 3, c))):
+        inits.append(numpy_helper.from_array(val.astype(np.float32), name))
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("BatchNormalization", ["c", "g", "be", "mu", "var"], ["n"], name="bn")]
+    if tail == "relu":
+        nodes.append(helper.make_node("Relu", ["n"], ["y"], name="relu"))
+    elif tail == "silu":
+        nodes += [helper.make_node("Sigmoid", ["n"], ["s"], name="sig"), helper.make_node("Mul", ["n", "s"], ["y"], name="mul")]
+    elif tail == "add":
+        inits.append(numpy_helper.from_array(np.ones((1, c, 9, 9), np.float32), "k"))
+        nodes.append(helper.make_node("Add", ["n", "k"], ["y"], name="add"))
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, *dims[2:]])]
+    if extra_output:
+        outputs.append(helper.make_tensor_value_info("c", TensorProto.FLOAT, [1, c, *dims[2:]]))
+    g = helper.make_graph(nodes, "cbr", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(dims))],
+                          outputs, inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _ort(model, feeds):
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+
+
+def _fused_steps(ex: Executor) -> list[str]:
+    plan = ex._plans[(id(ex.graph), True)]
+    return [s.spec.op_type for s in plan.steps]
+
+
+@pytest.mark.parametrize("tail", ["relu", "silu"])
+def test_conv_batchnorm_and_activation_run_as_one_step_with_onnxruntimes_numbers(tail):
+    model = _conv_bn_model(tail)
+    graph = engine.load(model)
+    nodes_before = [n.op_type for n in graph.toposort()]
+    inits_before = set(graph.initializers)
+    x = np.random.default_rng(2).standard_normal((1, 3, 9, 9)).astype(np.float32)
+    ex = Executor(graph)
+    for _ in range(2):  # the second run reuses the fused plan
+        got = ex.run({"x": x})["y"]
+        np.testing.assert_allclose(got, _ort(model, {"x": x})["y"], rtol=1e-5, atol=1e-5)
+    assert _fused_steps(ex) == ["Conv"]
+    assert [n.op_type for n in graph.toposort()] == nodes_before  # the user's graph is not rewritten
+    assert set(graph.initializers) == inits_before
+
+
+def test_a_hook_still_sees_every_node_of_a_fused_chain():
+    model = _conv_bn_model("relu")
+    graph = engine.load(model)
+    x = np.random.default_rng(3).standard_normal((1, 3, 9, 9)).astype(np.float32)
+    ex = Executor(graph)
+    ex.run({"x": x})
+    seen = {}
+    ex.run({"x": x}, hook=lambda node, outs: seen.update({node.name: outs[0].copy()}))
+    assert set(seen) == {"conv", "bn", "relu"}
+    ref = _ort(model, {"x": x})["y"]
+    np.testing.assert_allclose(seen["relu"], ref, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(seen["relu"], np.maximum(seen["bn"], 0))
+
+
+def test_a_conv_output_that_is_also_a_graph_output_keeps_its_value():
+    model = _conv_bn_model("relu", extra_output=True)
+    graph = engine.load(model)
+    x = np.random.default_rng(4).standard_normal((1, 3, 9, 9)).astype(np.float32)
+    ex = Executor(graph)
+    got = ex.run({"x": x})
+    ref = _ort(model, {"x": x})
+    np.testing.assert_allclose(got["c"], ref["c"], rtol=1e-5, atol=1e-5)  # not normalized in place
+    np.testing.assert_allclose(got["y"], ref["y"], rtol=1e-5, atol=1e-5)
+    assert "BatchNormalization" in _fused_steps(ex)
+
+
+def test_a_fused_step_that_fails_names_the_node_at_fault():
+    model = _conv_bn_model("add", dims=(1, 3, "H", "W"))  # Add by a 9x9 constant: only 9x9 images fit
+    graph = engine.load(model)
+    ex = Executor(graph)
+    ok = np.zeros((1, 3, 9, 9), np.float32)
+    np.testing.assert_allclose(ex.run({"x": ok})["y"], _ort(model, {"x": ok})["y"], rtol=1e-5, atol=1e-5)
+    assert _fused_steps(ex) == ["Conv"]
+    with pytest.raises(ExecutionError, match="'add'"):
+        ex.run({"x": np.zeros((1, 3, 7, 7), np.float32)})
+
+
+def test_a_spelled_out_gelu_runs_as_one_step_with_onnxruntimes_numbers():
+    sqrt2 = np.array(np.sqrt(2.0), np.float32)
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Div", ["r", "sqrt2"], ["d"], name="div"), helper.make_node("Erf", ["d"], ["e"], name="erf"),
+             helper.make_node("Add", ["e", "one"], ["a"], name="add"), helper.make_node("Mul", ["r", "a"], ["m"], name="mul"),
+             helper.make_node("Mul", ["m", "half"], ["y"], name="half_mul")]
+    inits = [numpy_helper.from_array(sqrt2, "sqrt2"), numpy_helper.from_array(np.array(1, np.float32), "one"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "half")]
+    g = helper.make_graph(nodes, "gelu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 50])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 50])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.random.default_rng(5).standard_normal((4, 50)).astype(np.float32) * 3
+    ex = Executor(engine.load(model))
+    np.testing.assert_allclose(ex.run({"x": x})["y"], _ort(model, {"x": x})["y"], rtol=1e-6, atol=1e-7)
+    assert _fused_steps(ex) == ["Relu", "Gelu"]
+
+
+def test_identities_are_read_through_and_a_graph_output_identity_stays():
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Identity", ["r"], ["i1"]),
+             helper.make_node("Identity", ["i1"], ["i2"]), helper.make_node("Sigmoid", ["i2"], ["s"]),
+             helper.make_node("Add", ["s", "i1"], ["y"]), helper.make_node("Identity", ["y"], ["z"])]
+    g = helper.make_graph(nodes, "ids", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+                          [helper.make_tensor_value_info("z", TensorProto.FLOAT, [3, 4]),
+                           helper.make_tensor_value_info("i2", TensorProto.FLOAT, [3, 4])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
+    ex = Executor(engine.load(model))
+    for _ in range(2):
+        got = ex.run({"x": x})
+        ref = _ort(model, {"x": x})
+        np.testing.assert_allclose(got["z"], ref["z"], rtol=1e-6)
+        np.testing.assert_array_equal(got["i2"], np.maximum(x, 0))  # kept though Sigmoid read it
+    assert _fused_steps(ex) == ["Relu", "Identity", "Sigmoid", "Add", "Identity"]
+
+
+def test_a_gelu_whose_input_comes_through_an_identity_runs_fused():
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Identity", ["r"], ["i"]),
+             helper.make_node("Div", ["i", "sqrt2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["a"]), helper.make_node("Mul", ["i", "a"], ["m"]),
+             helper.make_node("Mul", ["m", "half"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(np.sqrt(2.0), np.float32), "sqrt2"),
+             numpy_helper.from_array(np.array(1, np.float32), "one"), numpy_helper.from_array(np.array(0.5, np.float32), "half")]
+    g = helper.make_graph(nodes, "gelu_id", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 30])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 30])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.random.default_rng(6).standard_normal((2, 30)).astype(np.float32)
+    ex = Executor(engine.load(model))
+    for _ in range(2):
+        np.testing.assert_allclose(ex.run({"x": x})["y"], _ort(model, {"x": x})["y"], rtol=1e-6, atol=1e-7)
+    assert _fused_steps(ex) == ["Relu", "Gelu"]
+    assert ex.fused_fallbacks == 0
+
+
+@pytest.mark.parametrize("entry", MATRIX, ids=lambda e: e.name)
+def test_every_zoo_model_runs_its_fused_plan_without_falling_back(entry):
+    path, why = locate(entry)
+    if path is None:
+        pytest.skip(why)
+    graph = engine.load(path, shapes=entry.shapes)
+    feeds = entry.feed()
+    ex = Executor(graph)
+    fused = ex.run(feeds)
+    unfused = ex.run(feeds, hook=lambda node, outs: None)
+    assert ex.fused_fallbacks == 0  # a fusion that fails at run time would only show as a slower run
+    for name, ref in unfused.items():
+        ref = np.asarray(ref)
+        scale = max(float(np.abs(ref).max()), 1e-12) if ref.size and ref.dtype.kind == "f" else 1.0
+        assert np.abs(np.asarray(fused[name], np.float64) - ref).max() / scale <= 1e-4 if ref.size else True, name
