@@ -61,6 +61,9 @@ class MixedPrecisionResult:
     stopped: str = ""
     seconds: float | None = None
     search_sqnr_db: float | None = None
+    search_bound_db: float | None = None  # what new samples reach nine times in ten, from the search's
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase of the search
+    measurements: dict[str, int] = field(default_factory=dict)  # configurations measured / simulated
     sensitivity_measured: list[int] = field(default_factory=list)
 
     def target_text(self) -> str:
@@ -110,6 +113,9 @@ class MixedPrecisionResult:
         if self.stopped:  # a search: how it measured, what it refused and why it stopped
             doc.update({"stopped": self.stopped, "choices": self.choices, "samples": self.samples,
                         "search_sqnr_db": None if self.search_sqnr_db is None else round(self.search_sqnr_db, 3),
+                        "search_bound_db": None if self.search_bound_db is None else round(self.search_bound_db, 3),
+                        "seconds": None if self.seconds is None else round(self.seconds, 2),
+                        "phases": self.phases, "measurements": self.measurements,
                         "sensitivity_measured": self.sensitivity_measured, "groups": self.groups,
                         "tensors": self.tensors, "refused": self.refused, "pruned": self.pruned,
                         "blocking": self.blocking})
