@@ -62,7 +62,7 @@ class MixedPrecisionResult:
     seconds: float | None = None
     search_sqnr_db: float | None = None
     search_bound_db: float | None = None  # what new samples reach nine times in ten, from the search's
-    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase of the search
+    phases: list[dict] = field(default_factory=list)  # [{"phase", "seconds"}] of the search, in order
     measurements: dict[str, int] = field(default_factory=dict)  # configurations measured / simulated
     sensitivity_measured: list[int] = field(default_factory=list)
 
@@ -85,8 +85,13 @@ class MixedPrecisionResult:
         if lat is not None:
             line += f", latency {lat['int8']:.0f} -> {lat['final']:.0f} us"
         if self.blocking:
-            line += "; blocking: " + ", ".join(f"{b['node']} ({b['kind']}, {100 * b['noise_share']:.0f}% of the "
-                                               "int8 output noise)" for b in self.blocking)
+            line += "; blocking: " + ", ".join(
+                f"{b['node']} ({b['kind']}, {100 * b['noise_share']:.0f}% of the int8 output noise)"
+                if "noise_share" in b else f"{b['node']} ({b['kind']}, {b['isolated_sqnr_db']:.1f} dB alone, "
+                "not measured in time)" for b in self.blocking)
+        elif self.steps:
+            line += ("; every group that helps is raised: the rest is what new samples lose outside the "
+                     "calibrated ranges (calibrate on more varied data)")
         return line
 
     def to_json(self) -> dict:

@@ -320,9 +320,9 @@ def search_mixed_precision(graph: Graph, data: CalibrationSet, config: QuantConf
     result.reached = held(cur_c)
     if result.reached:
         result.stopped = "reached"
-    result.blocking = _blocking(measured, raised, sens_base)
+    result.blocking = _blocking(units, raised, sens_base)
     result.seconds = clock() - t0
-    result.phases = {k: round(v, 2) for k, v in phases.items()}
+    result.phases = [{"phase": k, "seconds": round(v, 2)} for k, v in phases.items()]
     result.measurements = {"sensitivity": sens.runs, "search": ev_s.runs, "check": ev_c.runs,
                            "simulations": pricing.simulations}
     return result
@@ -361,10 +361,17 @@ def _order(units: list[_Unit], choice: str, pricing: Pricing) -> list[_Unit]:
 
 
 def _blocking(units: list[_Unit], raised: Mapping[str, str], base: Quality, top: int = 3) -> list[dict]:
-    """The groups still holding the most output noise (not raised), worst first."""
+    """The groups still holding the most output noise (not raised), worst first; when no measured
+    group is left, the unraised groups with the least isolated SQNR (never measured in time)."""
     total = np.maximum(base.noise(), 1e-30)
     rows = [(float(np.max(u.removed / total)), u) for u in units  # type: ignore[operator]
             if u.removed is not None and any(n not in raised for n in u.group.nodes)]
     rows.sort(key=lambda r: -r[0])
-    return [{"node": u.group.name, "kind": u.group.kind, "noise_share": round(share, 4)}
-            for share, u in rows[:top] if share > 0]
+    out = [{"node": u.group.name, "kind": u.group.kind, "noise_share": round(share, 4)}
+           for share, u in rows[:top] if share > 0]
+    if not out:
+        rest = sorted((u for u in units if u.removed is None and any(n not in raised for n in u.group.nodes)),
+                      key=lambda u: u.prior_db)
+        out = [{"node": u.group.name, "kind": u.group.kind, "isolated_sqnr_db": round(u.prior_db, 2)}
+               for u in rest[:top]]
+    return out
