@@ -297,7 +297,8 @@ def search_mixed_precision(graph: Graph, data: CalibrationSet, config: QuantConf
         if extending and q_c.sqnr_db < cur_c.sqnr_db + _MIN_GAIN_DB:
             result.refused.append({"node": chunk[0].group.name,
                                    "nodes": sorted({x for u in chunk for x in u.group.nodes}),
-                                   "to": picks[id(chunk[0])], "db_change": round(q_c.sqnr_db - cur_c.sqnr_db, 3)})
+                                   "to": picks[id(chunk[0])], "db_change": round(q_c.sqnr_db - cur_c.sqnr_db, 3),
+                                   "measured_on": "check"})
             continue  # joined for the check samples, which it does not help
         lat = pricing.latency(trial)
         nodes = list(dict.fromkeys(x for u in chunk for x in u.group.nodes))
