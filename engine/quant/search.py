@@ -145,11 +145,13 @@ def search_mixed_precision(graph: Graph, data: CalibrationSet, config: QuantConf
     sens = Evaluator(graph, calibration, [data.sample(i) for i in s_idx[:max(1, opt.sensitivity_samples)]],
                      reference, anchor=config)  # the int8 values, so a raise runs only what it changes
     sens_base = sens.measure(config)
-    # as many samples per measurement as keep one under 1/40 of the budget (at least 4)
-    per_sample = sens.mean_seconds / len(sens.feeds)
+    ev_c = Evaluator(graph, calibration, [data.sample(i) for i in c_idx], reference)
+    base_c = ev_c.measure(config)
+    # as many samples per measurement as keep one under 1/40 of the budget (at least 4), timed on
+    # an ordinary measurement (the anchor's run keeps every value: several times slower)
+    per_sample = ev_c.mean_seconds / len(ev_c.feeds)
     s_idx = thin(s_idx, max(4, int(budget / 40 / max(per_sample, 1e-6))))
     ev_s = Evaluator(graph, calibration, [data.sample(i) for i in s_idx], reference)
-    ev_c = Evaluator(graph, calibration, [data.sample(i) for i in c_idx], reference)
     pricing = Pricing(graph, target, quantized)
 
     def ok(q: Quality) -> bool:  # on the search samples: with the margin new samples need
@@ -166,7 +168,7 @@ def search_mixed_precision(graph: Graph, data: CalibrationSet, config: QuantConf
             out = out.with_precision(n, p)
         return out
 
-    base_s, base_c = ev_s.measure(config), ev_c.measure(config)
+    base_s = ev_s.measure(config)
     tensors = tensor_sensitivity(graph, base_qm, ev_s.feeds[:1])
     worst_tensor = {t.tensor: t.isolated.sqnr_db for t in tensors}
     nodes_by_name = {n.name: n for n in graph.all_nodes()}
