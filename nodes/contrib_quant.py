@@ -189,21 +189,47 @@ class QLinearSoftmaxSpec(OpSpec):
 
     def reference(self, ctx: RunContext, x: np.ndarray, xs: np.ndarray, xzp: np.ndarray | None,
                   ys: np.ndarray, yzp: np.ndarray | None) -> np.ndarray:
-        """exp(x - max) per row in float32, normalized, quantized."""
+        """onnxruntime's algorithm: a float32 table of exp over the 256 code distances from the row
+        maximum (built in double, scaled up so the row sums stay in range), a float32 row sum in
+        order, then round-half-even(table * floor(1 / y_scale) / sum) + y_zp. The multiplier is
+        floor(1 / y_scale), not 1 / y_scale, and the zero point does not enter the table (its
+        softmax is shift-invariant); results saturate to the output type (onnxruntime 1.32)."""
+        if x.dtype not in (np.uint8, np.int8):
+            raise OpError(f"QLinearSoftmax takes int8 or uint8, got {x.dtype}")
         axis = int(ctx.attrs["axis"]) % max(x.ndim, 1)
-        xf = _dq(x, xs, _scalar(xzp))
         if int(ctx.attrs["opset"]) < 13:
-            shp = x.shape
-            xf = xf.reshape(int(np.prod(shp[:axis])), -1)
-            ax = 1
+            rows = x.reshape(int(np.prod(x.shape[:axis])), -1)
         else:
-            shp, ax = None, axis
-        e = np.exp(xf - xf.max(axis=ax, keepdims=True))
-        y = e / e.sum(axis=ax, keepdims=True)
-        if shp is not None:
-            y = y.reshape(shp)
+            rows = np.moveaxis(x, axis, -1)
+            rows = rows.reshape(-1, rows.shape[-1])
+        d = rows.shape[-1]
         out_dt = yzp.dtype if yzp is not None else x.dtype
-        return _q(y, ys, _scalar(yzp), out_dt)
+        y = _ort_softmax_rows(rows.astype(np.int64), d, float(np.asarray(xs).reshape(())),
+                              float(np.asarray(ys).reshape(())), int(_scalar(yzp)) if yzp is not None else 0)
+        info = np.iinfo(out_dt)
+        y = np.clip(y, info.min, info.max)
+        if int(ctx.attrs["opset"]) < 13:
+            return y.astype(out_dt).reshape(x.shape)
+        moved = list(np.moveaxis(x, axis, -1).shape)
+        return np.moveaxis(y.reshape(moved), -1, axis).astype(out_dt)
+
+
+def _ort_softmax_rows(rows: np.ndarray, d: int, x_scale: float, y_scale: float, y_zp: int) -> np.ndarray:
+    """QLinearSoftmax over the last axis of (N, D) integer codes; int64 results before the cast."""
+    import math
+
+    headroom = float(np.float32(np.finfo(np.float32).max) / np.float32(d))  # float / size_t, in float
+    shift = max(0.0, math.log(headroom) - 5.0) / x_scale
+    dist = np.arange(256, dtype=np.float64)  # distance below the row maximum
+    table = np.exp((shift - dist) * x_scale).astype(np.float32)
+    e = table[rows.max(axis=1, keepdims=True) - rows]
+    total = np.zeros(len(rows), np.float32)
+    for k in range(d):  # float32 sum in index order, as the runtime adds
+        total += e[:, k]
+    mult = np.float32(math.floor(np.float32(1.0) / np.float32(y_scale)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.rint((e * mult) / total[:, None]).astype(np.int64) + y_zp
+    return q
 
 
 @register("QLinearConcat", since=1, domain=MS)

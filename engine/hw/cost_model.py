@@ -149,6 +149,7 @@ class CostModel:
             else float(npu.sram_bytes)
         self._cpu_flops = target.cpu.peak_gflops * 1e3  # flops per us
         self._mapper: tuple[GraphFacts, LayerMapper] | None = None
+        self._cycles: tuple[GraphFacts, dict[str, tuple[float, float, int, float]], dict[str, int]] | None = None
         self._arch = _effective_arch(target)
 
     # -- NPU ---------------------------------------------------------------------------------
@@ -221,17 +222,46 @@ class CostModel:
             self._mapper = (facts, mapper)
         return self._mapper[1].queries(f)
 
-    def ethos_u_cost(self, f: NodeFacts, facts: GraphFacts) -> OpCost:
-        """Cost of a node on an Ethos-U: the sum over its operations of vela's estimate,
-        max(NPU cycles, each memory's access cycles), at the NPU clock."""
-        arch = self._arch
-        npu = self.target.npu
-        compute = total = 0.0
+    def _ethos_u_cycles(self, f: NodeFacts, facts: GraphFacts) -> tuple[float, float, int, float]:
+        """(NPU cycles, total cycles, MACs, last operation's total) of a node's Ethos-U operations.
+        An operation with weights may start their DMA under the operation before it (``slack``,
+        equation 5 of engine.hw.ethos_u), so such a node needs the previous costed node first:
+        the chain back to a node without weights (or one already known) is estimated in
+        ``facts.order`` (memoized per graph facts)."""
+        if self._cycles is None or self._cycles[0] is not facts:
+            self._cycles = (facts, {}, {g.name: i for i, g in enumerate(facts.order)})
+        _, known, pos = self._cycles
+        if f.name in known:
+            return known[f.name]
+
+        def previous(g: NodeFacts) -> NodeFacts | None:
+            i = pos.get(g.name, 0) - 1
+            while i >= 0 and not self.ethos_u_layers(facts.order[i], facts):
+                i -= 1
+            return facts.order[i] if i >= 0 else None
+
+        def weighted(g: NodeFacts) -> bool:
+            return any(q.weight_bytes for q in self.ethos_u_layers(g, facts))
+
+        chain, g = [f], f
+        while weighted(g):
+            p = previous(g)
+            if p is None or p.name in known:
+                break
+            chain.append(p)
+            g = p
+        for g in reversed(chain):
+            p = previous(g) if weighted(g) else None
+            known[g.name] = self._node_cycles(g, facts, known[p.name][3] if p is not None else 0.0)
+        return known[f.name]
+
+    def _node_cycles(self, f: NodeFacts, facts: GraphFacts, slack: float) -> tuple[float, float, int, float]:
+        """(NPU cycles, total cycles, MACs, the last operation's total) of one node."""
+        compute = total = last = 0.0
         macs = 0
-        nbytes = 0
         for q in self.ethos_u_layers(f, facts):
             try:
-                c = ethos_u.estimate(arch, q)
+                c = ethos_u.estimate(self._arch, q, slack)
             except ValueError as exc:
                 from engine.errors import InputError
 
@@ -240,6 +270,16 @@ class CostModel:
             compute += c.npu
             total += c.total
             macs += c.macs
+            slack = last = c.total
+        return compute, total, macs, last
+
+    def ethos_u_cost(self, f: NodeFacts, facts: GraphFacts) -> OpCost:
+        """Cost of a node on an Ethos-U: the sum over its operations of vela's estimate,
+        max(NPU cycles, each memory's access cycles), at the NPU clock."""
+        arch = self._arch
+        npu = self.target.npu
+        nbytes = 0
+        compute, total, macs = self._ethos_u_cycles(f, facts)[:3]
         compute_us = compute / npu.clock_mhz
         total_us = total / npu.clock_mhz
         memory_us = total_us if total > compute else 0.0

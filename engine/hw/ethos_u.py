@@ -1,7 +1,9 @@
 """Cycles of one Ethos-U layer, with the structure of vela's performance estimate.
 
-Arm's vela (``ethosu/vela/npu_performance.py``) estimates each NPU operation as the largest of
-its compute cycles and the cycles each memory needs for the bytes the operation moves:
+Arm's vela (``ethosu/vela/npu_performance.py``; in vela 5 its C++ core regor,
+``ethos_u55_performance.cpp`` and ``ethos_u55.cpp``, which U65 shares) estimates each NPU
+operation as the largest of its compute cycles and the cycles each memory needs for the bytes
+the operation moves:
 
     total = max(npu, sram_access, dram_access, flash_access)                        (1)
 
@@ -9,7 +11,8 @@ its compute cycles and the cycles each memory needs for the bytes the operation 
 of the candidate shapes (multiples of the OFM micro-block, at most 64x32x128 W x H x C) whose
 IFM block, double-buffered, and accumulators, double-buffered, fit the shared buffer (SHRAM:
 ``shram_banks`` banks of 1 KiB, each area rounded up to its bank granule) and which reads the
-fewest IFM and weight elements per OFM element:
+fewest IFM and weight elements per OFM element (vela 5.2 counts a FullyConnected's weights too;
+an elementwise op takes the fewest blocks, ties keeping the shallower block found first):
 
     ifm_block_h = (ofm_block_h - 1) * stride_y + min(dilated_kernel_h, 8)          (2)
     cost = (ifm_block_wh * C_in * n_blocks_wh [* n_blocks_c] + weights_fetched) / ofm_elements
@@ -25,12 +28,12 @@ channels for the part-kernel method vela picks for shallow IFMs):
 
     conv:       max(32 * ublock_c / 8, 4 * u_xy) * kernel_elems * u_z  [* ceil(C_in / ifm_block_c)]
     depthwise:  max(32 * ublock_c / 8, 4 * u_xy) * ceil(kernel_elems / 4) * u_z   (3)
-    pooling:    4 * kernel_elems * u_xy * u_z    (vela's legacy core: max(4, kernel_elems) * u_xy * u_z;
-                                                  vela 5.2's C++ core measures 4x that on pools)
+    pooling:    max(4, kernel_elems) * u_xy * u_z * ifm_bits / 2   (vela 5.2's C++ core; its legacy
+                                                  core had no ifm_bits / 2 factor)
 
 plus a pipeline delay when a block is a single micro-block. The output stage costs
 ``output_cycles_per_elem[op]`` (or the activation's, whichever is larger) per OFM element of the
-block; a block's command overhead is a quarter of (IFM block + OFM block memory latency and
+block clipped to the OFM; a block's command overhead is a quarter of (IFM block + OFM block memory latency and
 transfer + both stages). Compute and output overlap across blocks:
 
     npu = max(dpu_blk, out_blk) * n_blocks + min(dpu_blk, out_blk)                   (4)
@@ -41,18 +44,25 @@ cycles_per_elem is at least a quarter of one block's memory-latency-bound comman
 **Memory.** Each tensor's bytes are scaled by its burst efficiency, ``burst_length /
 min(burst_length, contiguous_bytes)``, where contiguous_bytes is what one block access reads
 or writes in a row (NHWC: block depth; vela's brick format NHCWB16 between NPU ops: 16 channels
-times the block width), and divided by the bytes per cycle of the memory it lives in (AXI port
+times the block width; the whole block row when the tensor is exactly as deep), and divided by the bytes per cycle of the memory it lives in (AXI port
 width x clock scale: SRAM 8 B/cycle, off-chip flash 1 B/cycle on the U55 high-end embedded
 system). The IFM is read once per OFM block and sub-kernel, weights once per OFM block in XY,
 biases and scales once (vela's ``measure_element_access``). Weights and constant tensors live
 where the memory mode puts constants (off-chip flash for Shared_Sram); feature maps in the
-arena (SRAM). A LUT activation first copies its table from constant memory to SHRAM.
+arena (SRAM). A LUT activation's table takes SHRAM banks; vela 5.2 counts no cycles for its DMA.
 
 **Weight buffering.** Weights read in place cost their memory once per OFM block. vela's
 scheduler may instead DMA them into SRAM first, in OFM-depth slices and double-buffered, so
-that only the first slice delays compute; the estimate takes whichever of the two is faster:
+that only the first slice delays compute, and it starts that first slice during the previous
+operation (regor's ProposeWeightBuffering pre-buffers as much as the previous operation's cycles,
+its slack, cover); the estimate takes whichever of the two is faster:
 
-    npu_buffered = max(transfer(encoded weights), npu + transfer(first slice))       (5)
+    pre = min(transfer(encoded weights), slack)
+    npu_buffered = max(transfer(encoded weights) - pre, npu + max(0, transfer(first slice) - pre))   (5)
+
+**Compound operations** (regor's, no single NPU block): a MatMul of two feature maps is a Mul
+and a ReduceSum per output column (equation 6, ``_matmul``), a Transpose costs its memory
+traffic (equation 7, ``_transpose``).
 
 The micro-architecture numbers (MACs, micro-blocks, SHRAM banks and granules, output cycles
 per element per op kind) are data in the target YAML's ``ethos_u`` section, the memory system
@@ -62,11 +72,13 @@ in its ``memory`` section; this module holds only the maths.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-BLOCK_TYPES = ("conv", "depthwise", "vector", "pooling", "reduce_sum", "elementwise")
+BLOCK_TYPES = ("conv", "depthwise", "vector", "pooling", "reduce_sum", "elementwise", "matmul", "transpose")
 """vela's NPU block types: ConvolutionMxN, ConvolutionDepthWise, VectorProduct (fully connected),
-Pooling, ReduceSum and ElementWise."""
+Pooling, ReduceSum and ElementWise, and the two compound operations of its C++ core (regor): a
+MatMul of two feature maps (``ifm`` A as 1 x B x M x K, ``ifm2`` the other operand transposed,
+1 x B x N x K) and a Transpose."""
 OUTPUT_KINDS = ("ew_unary_32", "ew_binary_32", "mul_32", "mul", "add_simple", "add", "maxpool", "other")
 """The rows of ``output_cycles_per_elem``, in vela's order."""
 ACTIVATION_KINDS = ("lut", "relu", "none")
@@ -76,7 +88,6 @@ SHRAM_ELEMENTS = ("ifm8", "ifm16", "ifm8_elementwise", "ifm16_elementwise", "ifm
 SHRAM_BANK_BYTES = 1024
 SUBKERNEL_MAX = (8, 8)  # (height, width)
 OFM_SPLIT_DEPTH = 16
-LUT_BYTES = {8: 256, 16: 2048}
 BIAS_BYTES = 10  # an encoded scale and bias per output channel
 
 
@@ -120,6 +131,7 @@ class EthosUArch:
     constants: str = "flash"
     graph_io: str = "sram"
     spill: str | None = None
+    scratch: str = "sram"
     always_buffer_weights: bool = False
     weight_compression: float = 1.0
     lut_pass_cycles_per_elem: float | None = None
@@ -284,7 +296,7 @@ def _search_block(arch: EthosUArch, q: LayerQuery) -> BlockConfig | None:
         ifm_depth_blk = _up(min(ifm[3], 16), 4)
     else:
         ifm_depth_blk = _up(min(ifm[3], 16 if partk else 32), arch.ifm_ublock[2])
-    weight_wh = kw * kh if q.block_type in ("conv", "depthwise") else 0
+    weight_wh = kw * kh if q.block_type in ("conv", "depthwise", "vector") else 0  # vela 5.2 counts FC weights
     sh = _up(min(oh, arch.ofm_block_max[1]), uh)
     sw = _up(min(ow, arch.ofm_block_max[0]), uw)
     sd = _up(min(oc, arch.ofm_block_max[2]), ud)
@@ -314,8 +326,8 @@ def _search_block(arch: EthosUArch, q: LayerQuery) -> BlockConfig | None:
                 ifetch = ih * iw * ifm[3] * ifm_repeats * frac[0] * frac[1]
                 if not _equal_depth(q):
                     ifetch *= full[2]
-                if q.block_type == "elementwise":  # ties to the deepest block (longer bursts)
-                    cost = max(ofm_elems / (h * w * depth), 1) * (2 - min(depth, oc) / oc)
+                if q.block_type == "elementwise":  # the fewest blocks; ties keep the shallower one found first
+                    cost = ofm_elems / (h * w * depth)
                 else:
                     cost = (ifetch + wfetch) / ofm_elems
                     cost *= (full[0] * h * full[1] * w * full[2] * depth) / (oh * ow * oc)  # padding
@@ -344,10 +356,17 @@ def _min4(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _transfer(arch: EthosUArch, read: bool, area: str, brick: bool, bits: int,
-              block: tuple[int, ...], nbytes: float) -> float:
-    """Bytes as the memory sees them: ``nbytes * burst / min(burst, contiguous bytes)``."""
+              block: tuple[int, ...], nbytes: float, shape: tuple[int, ...] | None = None) -> float:
+    """Bytes as the memory sees them: ``nbytes * burst / min(burst, contiguous bytes)`` (vela's
+    EstimateMemoryTransfer). One access of a ``block`` of a tensor of ``shape`` is contiguous over
+    the block's depth (NHWC) or 16 channels times its width (NHCWB16), and over the whole block row
+    (width x depth) when the tensor's row stride equals the block depth (vela compares the stride in
+    bytes with the depth in elements: a block as deep as an 8-bit tensor)."""
     _, _, bw, bd = block
-    if brick:
+    row = shape is not None and (shape[2] * bits * 16 // 8 if brick else shape[3] * bits // 8) == bd
+    if row and (brick or read or bd <= 16):
+        burst = bits * bw * bd
+    elif brick:
         burst = 16 * bits * bw if read else 16 * bits * bw * arch.cores
     elif read:
         burst = bits * bd
@@ -364,9 +383,9 @@ def _block_memory_cycles(arch: EthosUArch, q: LayerQuery, cfg: BlockConfig) -> t
     ob = _min4(q.ofm, cfg.ofm_block)
     mi, mo = arch.memory(q.ifm_area), arch.memory(q.ofm_area)
     ifm = mi.read_latency + _transfer(arch, True, q.ifm_area, q.ifm_brick, q.ifm_bits, cfg.ifm_block,
-                                      math.prod(ib)) / mi.bytes_per_cycle
+                                      math.prod(ib), q.ifm) / mi.bytes_per_cycle
     ofm = mo.write_latency + _transfer(arch, False, q.ofm_area, q.ofm_brick, q.ofm_bits, cfg.ofm_block,
-                                       math.prod(ob)) / mo.bytes_per_cycle
+                                       math.prod(ob), q.ofm) / mo.bytes_per_cycle
     return ifm, ofm
 
 
@@ -423,9 +442,9 @@ def conv_cycles(arch: EthosUArch, q: LayerQuery, cfg: BlockConfig, const_area: s
     for ky in sub_y:
         for kx in sub_x:
             elems = ky * kx
-            if q.block_type == "pooling":  # 4 cycles per kernel element and micro-block, as vela 5.2 measures
+            if q.block_type == "pooling":  # vela 5.2: max(4, kernel) x IFM bits / 2 per micro-block
                 steps = 1
-                cyc = 4 * elems * uxy * uz * (2 if q.ifm_bits == 16 and arch.macs > 32 else 1)
+                cyc = max(4, elems) * uxy * uz * (q.ifm_bits // 2 if arch.macs > 32 else 1)
             elif q.block_type == "depthwise":
                 steps = _div(elems, 4)
                 cyc = max(wb, 4 * uxy * (2 if q.ifm_bits == 16 else 1)) * steps * uz
@@ -442,10 +461,10 @@ def conv_cycles(arch: EthosUArch, q: LayerQuery, cfg: BlockConfig, const_area: s
     if q.block_type in ("conv", "vector", "reduce_sum"):
         dpu *= _div(q.ifm[3], ib[3])
     dpu /= arch.cores
-    n_blocks = math.prod(_div(a, b) for a, b in zip(q.ofm, cfg.ofm_block, strict=True))
-    out = math.ceil(output_cycles_per_elem(arch, q, cfg) * math.prod(cfg.ofm_block))
+    n_blocks = math.prod(_div(a, b) for a, b in zip(q.ofm, ob, strict=True))
+    out = int(output_cycles_per_elem(arch, q, cfg) * math.prod(ob))  # the block clipped to the OFM
     if q.has_bias:
-        out = max(out, 10 * cfg.ofm_block[3] * arch.memory(const_area or arch.constants).read_latency / 256)
+        out = max(out, 10 * ob[3] * arch.memory(const_area or arch.constants).read_latency // 256)
     i_c, o_c = _block_memory_cycles(arch, q, cfg)
     cmd = (i_c + o_c + out + dpu) / 4
     dpu, out = max(dpu, cmd), max(out, cmd)
@@ -480,12 +499,13 @@ def access_cycles(arch: EthosUArch, q: LayerQuery, cfg: BlockConfig | None,
     ofm_elems = math.prod(_round_c(q.ofm, q.ofm_brick))
     blk_o = cfg.ofm_block if cfg is not None else (1, 1, 1, q.ofm[3])
     blk_i = cfg.ifm_block if cfg is not None else (1, 1, 1, q.ifm[3])
-    add(q.ofm_area, _transfer(arch, False, q.ofm_area, q.ofm_brick, q.ofm_bits, blk_o, ofm_elems * q.ofm_bits / 8))
+    add(q.ofm_area, _transfer(arch, False, q.ofm_area, q.ofm_brick, q.ofm_bits, blk_o, ofm_elems * q.ofm_bits / 8,
+                              q.ofm))
     if q.block_type == "elementwise":
         rounded = math.prod(_round_c(q.ofm, q.ifm_brick))
         if math.prod(q.ifm) > 1:
             add(q.ifm_area, _transfer(arch, True, q.ifm_area, q.ifm_brick, q.ifm_bits, blk_i,
-                                      rounded * q.ifm_bits / 8))
+                                      rounded * q.ifm_bits / 8, q.ifm))
         if q.ifm2 is not None and (math.prod(q.ifm2) > 1 or math.prod(q.ifm) == 1):
             n2 = math.prod(_round_c(q.ofm, q.ifm2_brick))
             if q.ifm2_const_mul:
@@ -495,7 +515,7 @@ def access_cycles(arch: EthosUArch, q: LayerQuery, cfg: BlockConfig | None,
                     / min(arch.memory(q.ifm2_area).burst_bytes, max(1, q.ifm2[3])))
             else:
                 add(q.ifm2_area, _transfer(arch, True, q.ifm2_area, q.ifm2_brick, q.ifm_bits, blk_i,
-                                           n2 * q.ifm_bits / 8))
+                                           n2 * q.ifm_bits / 8, q.ifm2))
     else:
         ob = _min4(q.ofm, cfg.ofm_block)
         ib = _min4(q.ifm, cfg.ifm_block)
@@ -508,7 +528,7 @@ def access_cycles(arch: EthosUArch, q: LayerQuery, cfg: BlockConfig | None,
         subk = _div(q.kernel[1], SUBKERNEL_MAX[0]) * _div(q.kernel[0], SUBKERNEL_MAX[1])
         ifm_fetch = ib[1] * ib[2] * _round_c(q.ifm, q.ifm_brick)[3]
         add(q.ifm_area, _transfer(arch, True, q.ifm_area, q.ifm_brick, q.ifm_bits, cfg.ifm_block,
-                                  ifm_fetch * subk * n_blocks * q.ifm_bits / 8))
+                                  ifm_fetch * subk * n_blocks * q.ifm_bits / 8, q.ifm))
         if q.block_type not in ("pooling", "reduce_sum") and not buffered:
             k = q.kernel[0] * q.kernel[1]
             kernel_read = k if q.block_type == "depthwise" else k * q.ifm[3]
@@ -528,30 +548,107 @@ def weight_dma_cycles(arch: EthosUArch, nbytes: float) -> float:
     return max(nbytes / src.bytes_per_cycle + src.read_latency, nbytes / dst.bytes_per_cycle)
 
 
-def estimate(arch: EthosUArch, q: LayerQuery) -> LayerCycles:
-    """The cycles of one operation (equation 1); raises ValueError when no block fits SHRAM."""
+def _dependency_fit(shape: tuple[int, int, int, int], arch: EthosUArch) -> tuple[int, int, int, int]:
+    """The shape vela searches a MatMul part's block on: its W (or H when H exceeds the block
+    limit) cut in three or two, so that several blocks hide the dependency between the parts."""
+    n, h, w, c = shape
+    axis, limit = (1, arch.ofm_block_max[1]) if h > arch.ofm_block_max[1] else (2, arch.ofm_block_max[0])
+    dims = [n, h, w, c]
+    if dims[axis] <= limit:
+        for divider in (3, 2):
+            if dims[axis] >= 4 * divider:
+                dims[axis] = _div(dims[axis], divider)
+                break
+    return (dims[0], dims[1], dims[2], dims[3])
+
+
+def _matmul(arch: EthosUArch, q: LayerQuery) -> LayerCycles:
+    """A MatMul of two feature maps as vela's C++ core runs it on an Ethos-U55/U65, which has no
+    matrix engine for a second activation operand (regor's EstimateMatMulCycles): for each of the
+    N columns of the output, an elementwise Mul of A (1 x B x M x K) by that column of the other
+    operand broadcast over the M rows, its 32-bit products in a scratch buffer, then a ReduceSum
+    over K into the column:
+
+        npu = N * (cycles(Mul: A x A -> int32) + cycles(ReduceSum: A -> 1 x B x M x 1))      (6)
+
+    Each part's block is searched on the dependency-fitted shape (``_dependency_fit``). The scratch
+    lives in ``memory.scratch`` (vela's arena: DRAM in the Dedicated_Sram modes, whose latency the
+    Mul's and the ReduceSum's per-block commands then wait on). Memory (vela's
+    MeasureElementAccess): A is read once per column, the other operand once, the scratch written
+    and read once per column (A x N elements each way), the output written once."""
+    n_cols = q.ifm2[2] if q.ifm2 is not None else 1
+    a = q.ifm
+    nhwc = {"ifm_brick": False, "ifm2_brick": False, "ofm_brick": False, "activation": "none", "repeats": 1}
+    mul = replace(q, block_type="elementwise", ifm2=a, ofm=a, ofm_bits=32, output_kind="mul",
+                  ofm_area=arch.scratch, **nhwc)
+    red = replace(q, block_type="reduce_sum", ifm2=None, ofm=(a[0], a[1], a[2], 1), ifm_area=arch.scratch, **nhwc)
+    fit = _dependency_fit(a, arch)
+    mul_cfg = block_config(arch, replace(mul, ifm=fit, ifm2=(1, a[1], 1, a[3]), ofm=fit))
+    red_cfg = block_config(arch, replace(red, ifm=fit, ofm=_dependency_fit(red.ofm, arch)))
+    if mul_cfg is None or red_cfg is None:
+        raise ValueError(f"no OFM block of a MatMul with OFM {q.ofm} fits {arch.shram_banks} SHRAM banks")
+    mul_npu = math.ceil(output_cycles_per_elem(arch, mul, mul_cfg) * math.prod(a))
+    npu = (mul_npu + int(conv_cycles(arch, red, red_cfg))) * n_cols
+    ofm = replace(q, **nhwc)
+    scaled = {q.ofm_area: _transfer(arch, False, q.ofm_area, False, q.ofm_bits, red_cfg.ofm_block,
+                                    math.prod(q.ofm) * q.ofm_bits / 8, ofm.ofm)}
+    reads = [(q.ifm_area, a, math.prod(a) * n_cols), (q.ifm2_area, q.ifm2 or a, math.prod(q.ifm2 or a))]
+    for area, shape, elems in reads:
+        scaled[area] = scaled.get(area, 0.0) + _transfer(arch, True, area, False, q.ifm_bits, red_cfg.ifm_block,
+                                                         elems * q.ifm_bits / 8, shape)
+    scaled[arch.scratch] = scaled.get(arch.scratch, 0.0) + 2 * math.prod(a) * n_cols
+    access = {area: b / arch.memory(area).bytes_per_cycle * q.repeats for area, b in scaled.items()}
+    k = a[3]
+    return LayerCycles(npu * q.repeats, access, int(math.prod(q.ofm) * k) * q.repeats)
+
+
+def _transpose(arch: EthosUArch, q: LayerQuery) -> LayerCycles:
+    """A Transpose (a compound operation of vela's C++ core, costed on its memory traffic): the
+    slower of reading the IFM and writing the OFM, each with its memory's latency, against the
+    access cycles of both (NHWC, burst-scaled on the copy's block):
+
+        npu = max(ifm_bytes / bw + read_latency, ofm_bytes / bw + write_latency)               (7)"""
+    t = replace(q, block_type="pooling", ifm=q.ofm, ifm_brick=False, ofm_brick=False, activation="none")
+    cfg = block_config(arch, t)
+    blk = cfg.ofm_block if cfg is not None else (1, 1, 1, q.ofm[3])
+    mi, mo = arch.memory(q.ifm_area), arch.memory(q.ofm_area)
+    rd = _transfer(arch, True, q.ifm_area, False, q.ifm_bits, blk, math.prod(q.ifm) * q.ifm_bits / 8, q.ifm)
+    wr = _transfer(arch, False, q.ofm_area, False, q.ofm_bits, blk, math.prod(q.ofm) * q.ofm_bits / 8, q.ofm)
+    npu = max(rd / mi.bytes_per_cycle + mi.read_latency, wr / mo.bytes_per_cycle + mo.write_latency)
+    access: dict[str, float] = {}
+    for area, nbytes in ((q.ifm_area, rd), (q.ofm_area, wr)):
+        access[area] = access.get(area, 0.0) + nbytes / arch.memory(area).bytes_per_cycle * q.repeats
+    return LayerCycles(int(npu) * q.repeats, access, 0)
+
+
+def estimate(arch: EthosUArch, q: LayerQuery, slack: float = 0.0) -> LayerCycles:
+    """The cycles of one operation (equation 1); raises ValueError when no block fits SHRAM.
+    ``slack``: cycles of the operation before it, under which its weights' DMA can start
+    (equation 5)."""
+    if q.block_type == "matmul":
+        return _matmul(arch, q)
+    if q.block_type == "transpose":
+        return _transpose(arch, q)
     cfg = block_config(arch, q)
     if cfg is None:
         raise ValueError(f"no OFM block of a {q.block_type} layer with OFM {q.ofm} fits {arch.shram_banks} "
                          "SHRAM banks")
-    lut = 0.0
-    if q.activation == "lut":  # the table's DMA from constant memory into SHRAM
-        mem = arch.memory(arch.constants)
-        lut = LUT_BYTES.get(q.ofm_bits, 256) / mem.bytes_per_cycle + mem.read_latency
     if q.block_type == "elementwise":
         per = output_cycles_per_elem(arch, q, cfg)
-        npu = math.ceil(per * math.prod(_round_c(q.ofm, q.ofm_brick))) + lut
+        npu = math.ceil(per * math.prod(_round_c(q.ofm, q.ofm_brick)))
     else:
-        npu = int(conv_cycles(arch, q, cfg)) + lut
+        npu = int(conv_cycles(arch, q, cfg))
     direct = LayerCycles(npu * q.repeats, access_cycles(arch, q, cfg), macs_of(q))
     if not q.weight_bytes or q.block_type not in ("conv", "depthwise", "vector") or arch.constants == arch.feature_maps:
         return direct
     # Weight buffering: DMA the encoded weights into SRAM in OFM-depth slices, double-buffered,
-    # so the transfer overlaps compute except for the first slice:
-    #     npu' = max(full transfer, npu + first slice's transfer)
+    # so the transfer overlaps compute except for what the previous operation's cycles (slack)
+    # could not pre-buffer of the first slice:
+    #     npu' = max(full transfer - pre-buffered, npu + max(0, first slice's transfer - slack))
     full = weight_dma_cycles(arch, encoded_weight_bytes(arch, q))
     first = full * min(1.0, cfg.ofm_block[3] / max(1, q.ofm[3])) if q.ofm[3] > cfg.ofm_block[3] else full
-    npu = int(conv_cycles(arch, q, cfg, arch.feature_maps)) + lut  # scales and biases now in SRAM
-    buffered = LayerCycles(max(full, npu + first) * q.repeats, access_cycles(arch, q, cfg, buffered=True),
-                           macs_of(q))
+    npu = int(conv_cycles(arch, q, cfg, arch.feature_maps))  # scales and biases now in SRAM
+    pre = min(full, slack)
+    buffered = LayerCycles(max(full - pre, npu + max(0.0, first - pre)) * q.repeats,
+                           access_cycles(arch, q, cfg, buffered=True), macs_of(q))
     return buffered if (arch.always_buffer_weights or buffered.total < direct.total) else direct

@@ -5,9 +5,13 @@
 tensor lives and in which format):
 
 - Conv -> a convolution (depthwise when every group has one input channel), Gemm and MatMul with
-  a constant right operand -> a vector product (vela's FullyConnected, batches folded into H x W
-  as vela's ``convert_batched_fc_shape`` does), a MatMul of two activations -> one vector product
-  per batch;
+  a constant right operand -> a vector product (vela's FullyConnected, its rows folded into the
+  squarest H x W, as vela folds a batched FullyConnected: 32 rows are 4 x 8), a MatMul of two
+  activations -> vela's compound MatMul (an elementwise Mul and a ReduceSum per output column,
+  ``engine.hw.ethos_u._matmul``), a Transpose -> vela's compound transpose (costed on its memory
+  traffic);
+- 4-D tensors are NCHW feature maps stored NHWC when the graph has spatial ops (convolutions,
+  pools, resizes), otherwise they keep ONNX's axis order, as the TFLite export writes them;
 - pools -> pooling (GlobalAveragePool and ReduceMean over H, W: one window of the whole plane);
 - Add, Sub, Mul, Max, Min and other element ops -> elementwise (a constant operand read from
   where the memory mode keeps constants);
@@ -24,6 +28,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from engine.export.tflite_lower import SPATIAL
 from engine.hw.ethos_u import LayerQuery
 
 FUSABLE_INTO = {"Conv", "ConvTranspose", "Gemm", "MatMul", "Add", "Sub", "Mul", "Max", "Min", "MaxPool",
@@ -41,7 +46,7 @@ ELEMENTWISE_KIND = {"Add": "add", "Sub": "add", "Mul": "mul"}
 BINARY = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "PRelu", "Equal", "Greater", "Less", "And", "Or",
           "SquaredDifference"}
 """Element ops with a second tensor operand (the others' extra inputs are indices or shapes)."""
-COPIES = {"Slice", "Split", "Transpose", "Gather", "Expand", "Tile", "DepthToSpace", "SpaceToDepth", "Resize"}
+COPIES = {"Slice", "Split", "Gather", "Expand", "Tile", "DepthToSpace", "SpaceToDepth", "Resize"}
 """Ops vela runs as a copy of the tensor through the NPU (a 1x1 pooling pass, vela's MemoryCopy)."""
 
 
@@ -58,10 +63,10 @@ def nhwc(shape: tuple[Any, ...] | None, channels_first: bool = True) -> tuple[in
 
 
 def _fc_shape(rows: int, depth: int) -> tuple[int, int, int, int]:
-    """vela's batched FullyConnected: batches folded into H x W."""
-    split = {4: (2, 2), 6: (2, 3), 8: (2, 4), 9: (3, 3), 12: (3, 4), 16: (4, 4)}
-    h, w = split.get(rows, (1, rows))
-    return (1, h, w, depth)
+    """vela's batched FullyConnected: its rows folded into H x W with H the largest divisor of the
+    row count not above its square root (4 rows: 2 x 2, 8: 2 x 4, 32: 4 x 8; a prime: 1 x rows)."""
+    h = max(d for d in range(1, math.isqrt(max(1, rows)) + 1) if rows % d == 0)
+    return (1, h, rows // h, depth)
 
 
 def _ints(v: Any, n: int, default: int) -> tuple[int, ...]:
@@ -81,6 +86,11 @@ class LayerMapper:
         self.io = graph_io
         self.fm_bytes = fm_bytes
         self.spill = spill
+        self.spatial = any(f.node.op_type in SPATIAL for f in facts.order)
+
+    def _nhwc(self, shape: tuple[Any, ...] | None, channels_first: bool = True) -> tuple[int, int, int, int]:
+        """``nhwc`` of a tensor of this graph: 4-D transposed from NCHW only in a spatial graph."""
+        return nhwc(shape, channels_first and self.spatial)
 
     def _area(self, v: Any) -> str:
         """Where a feature map lives: graph inputs and outputs in ``graph_io``; the others where
@@ -164,7 +174,7 @@ class LayerMapper:
             return self._elementwise(f)
 
     def _shape(self, v: Any) -> tuple[int, int, int, int]:
-        return nhwc(v.type.shape)
+        return self._nhwc(v.type.shape)
 
     def _q_Conv(self, f: Any) -> list[LayerQuery]:
         w = f.weight_values[0] if f.weight_values else f.node.inputs[1]
@@ -188,14 +198,13 @@ class LayerMapper:
     def _q_Gemm(self, f: Any) -> list[LayerQuery]:
         y = f.outputs[0]
         ys = [int(d) for d in y.type.shape]
-        if not f.weight_values:  # two activations: one vector product per batch
+        if not f.weight_values:  # two activations: vela's compound MatMul, 1 x batches x M x K by N columns
             a = [int(d) for d in f.inputs[0].type.shape]
             k = a[-1]
             batches = math.prod(ys[:-2]) if len(ys) > 2 else 1
             m = ys[-2] if len(ys) >= 2 else 1
-            q = self._base(f, "vector", _fc_shape(m, k), _fc_shape(m, ys[-1]), has_bias=False)
-            q.repeats = batches
-            q.weight_bytes = k * ys[-1]
+            q = self._base(f, "matmul", (1, batches, m, k), (1, batches, m, ys[-1]))
+            q.ifm2, q.ifm2_area = (1, batches, ys[-1], k), self._area(f.inputs[1])
             return [q]
         w = f.weight_values[0]
         k = int(w.type.shape[0]) if f.node.op_type == "MatMul" or not f.node.attrs.get("transB") \
@@ -205,6 +214,12 @@ class LayerMapper:
                            weight_bytes=int(self.facts.npu_bytes(w)))]
 
     _q_MatMul = _q_Gemm
+
+    def _q_Transpose(self, f: Any) -> list[LayerQuery]:
+        x, y = f.inputs[0], f.outputs[0]
+        q = self._base(f, "transpose", self._nhwc(x.type.shape), self._nhwc(y.type.shape))
+        q.activation = "none"
+        return [q]
 
     def _pool(self, f: Any, kernel: tuple[int, int], stride: tuple[int, int], kind: str) -> list[LayerQuery]:
         ifm, ofm = self._shape(f.inputs[0]), self._shape(f.outputs[0])
@@ -241,16 +256,19 @@ class LayerMapper:
         rows = max(1, math.prod(xs) // max(1, inner))
         ifm = (1, rows, reduced if reduced == inner else inner, 1)
         ofm = (1, rows, 1, 1)
-        return [self._base(f, "depthwise", ifm, ofm, kernel=(1, ifm[2]), has_bias=True)]
+        q = self._base(f, "depthwise", ifm, ofm, kernel=(1, ifm[2]), has_bias=True)
+        q.ifm_brick = q.ofm_brick = False  # a reshaped tensor is NHWC (vela's brick format keeps the shape)
+        q.ofm_bits = 32  # the sum, rescaled by a Mul of its own
+        return [q]
 
     def _elementwise(self, f: Any) -> list[LayerQuery]:
         y = f.outputs[0]
-        ofm = self._shape(y) if y.type.rank == 4 else nhwc(y.type.shape)
+        ofm = self._shape(y) if y.type.rank == 4 else self._nhwc(y.type.shape)
         ins = [v for v in f.node.inputs if v is not None]
         if not ins:
             return []
         x = f.inputs[0] if f.inputs else ins[0]
-        ifm = nhwc(x.type.shape, y.type.rank == 4 and x.type.rank == 4)
+        ifm = self._nhwc(x.type.shape, y.type.rank == 4 and x.type.rank == 4)
         op = f.node.op_type
         if op in COPIES:  # a data movement: one 1x1 pooling pass that reads the input and writes the output
             q = self._base(f, "pooling", ofm, ofm,
@@ -261,7 +279,7 @@ class LayerMapper:
         if len(ins) > 1 and op in BINARY:
             other = next((v for v in ins if v is not x), None)
             if other is not None and other.type is not None and other.type.shape is not None:
-                q.ifm2 = nhwc(other.type.shape, y.type.rank == 4 and other.type.rank == 4)
+                q.ifm2 = self._nhwc(other.type.shape, y.type.rank == 4 and other.type.rank == 4)
                 if other in f.weight_values or other.const is not None:
                     q.ifm2_area, q.ifm2_brick = self.const, False
                     # measured: the slow path is a per-channel constant narrower than a micro-block
@@ -278,44 +296,53 @@ class LayerMapper:
         out = []
         y = f.outputs[0]
         for v in f.inputs:
-            s = nhwc(v.type.shape, y.type.rank == 4)
+            s = self._nhwc(v.type.shape, y.type.rank == 4)
             q = self._base(f, "pooling", s, s)
             q.ifm_brick = self._brick(v)
             out.append(q)
         return out
 
     def _q_Softmax(self, f: Any) -> list[LayerQuery]:
-        """vela's int8 softmax over the last axis (rows x depth): a max pool along each row, x - max
-        through a LUT exponent into 32 bits, a shift, a sum over each row, sixteen 32-bit steps per
-        row for the reciprocal (Newton-Raphson), then a 32-bit multiply, add and shift of every
-        element."""
+        """vela's int8 softmax over the last axis, in the shapes and formats its C++ core writes
+        (x as 1 x H x W x depth): a max pool along each row (the rows in H, the depth in W), x - max
+        through a LUT exponent into 32-bit bricks (NHCWB16), a shift by a 32-bit scalar constant, a
+        sum over each row, sixteen 32-bit steps per row for the reciprocal (Newton-Raphson), then a
+        32-bit multiply of every element by its row's reciprocal, an add of a rounding constant that
+        vela materializes at the full shape in constant memory (32 bits per element: on a U55 it
+        streams from flash), and the final shift into int8."""
         s = nhwc(f.outputs[0].type.shape, False)
         rows, depth = s[0] * s[1] * s[2], s[3]
-        full, row = (1, rows, depth, 1), (1, rows, 1, 1)
-        out = [self._base(f, "pooling", full, row, kernel=(1, depth), output_kind="maxpool")]
-        exp = self._base(f, "elementwise", full, full, output_kind="add")
-        exp.ifm2, exp.activation, exp.ofm_bits = row, "lut", 32
-        out.append(exp)
-        shift = self._base(f, "elementwise", full, full)
-        shift.ifm_bits = shift.ofm_bits = 32
-        shift.ifm2 = (1, 1, 1, 1)
-        out.append(shift)
-        total = self._base(f, "reduce_sum", (1, rows, 1, depth), row)
-        total.ifm_bits = 32
-        out.append(total)
-        for kind in ("other", "add", "add", "other") + ("mul", "add", "mul", "add") * 3:
-            q = self._base(f, "elementwise", row, row, output_kind=kind)
-            q.ifm_bits = q.ofm_bits = 32
-            q.ifm2 = row
-            out.append(q)
-        for kind in ("mul", "add", "other"):
-            q = self._base(f, "elementwise", full, full, output_kind=kind)
-            q.ifm_bits, q.ofm_bits, q.ifm2 = 32, 32, row
-            out.append(q)
-        for q in out:
-            q.activation = "lut" if q is exp else "none"
-            q.ifm_brick = q.ofm_brick = False
-        return out
+        x = (1, s[0] * s[1], s[2], depth)
+        per_row = (1, x[1], x[2], 1)
+        row = (1, rows, 1, 1)
+
+        def ew(ifm: tuple[int, int, int, int], ifm2: tuple[int, int, int, int], kind: str, bits: int = 32,
+               ofm_bits: int = 32) -> LayerQuery:
+            q = self._base(f, "elementwise", ifm, x if ifm2 != row else row, output_kind=kind)
+            q.ifm2, q.ifm_bits, q.ofm_bits = ifm2, bits, ofm_bits
+            q.ifm_brick = q.ifm2_brick = q.ofm_brick = False
+            q.activation = "none"
+            return q
+
+        peak = self._base(f, "pooling", (1, rows, depth, 1), row, kernel=(1, depth), output_kind="maxpool")
+        peak.ifm_brick = peak.ofm_brick = False
+        peak.activation = "none"
+        exp = ew(x, per_row, "add", bits=8)
+        exp.activation, exp.ofm_brick = "lut", True
+        shift = ew(x, (1, 1, 1, 1), "other")
+        shift.ifm_brick, shift.ifm2_area = True, self.const
+        total = self._base(f, "reduce_sum", x, per_row)
+        total.ifm_bits, total.ofm_bits, total.activation = 32, 32, "none"
+        total.ifm_brick = total.ofm_brick = False
+        out = [peak, exp, shift, total]
+        out += [ew(row, row, kind) for kind in ("other", "add", "add", "other") + ("mul", "add", "mul", "add") * 3]
+        mul = ew(x, per_row, "mul")
+        mul.ifm_brick = mul.ofm_brick = True
+        rounding = ew(x, x, "add")  # the constant is vela's IFM, the products its IFM2
+        rounding.ifm_area, rounding.ifm2_brick, rounding.ofm_brick = self.const, True, True
+        final = ew(x, per_row, "other", ofm_bits=8)
+        final.ifm_brick = True
+        return [*out, mul, rounding, final]
 
     def _q_Pad(self, f: Any) -> list[LayerQuery]:
         cons = self.facts.consumers(f.outputs[0])

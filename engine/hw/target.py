@@ -155,6 +155,9 @@ MEMORY_SCHEMA: dict[str, Field] = {
     "spill": Field("str", "memory holding feature maps larger than half of the feature-map memory's size_kib "
                    "(vela's arena behind an SRAM cache; default: none, all fit)", required=False,
                    choices=MEMORY_AREAS),
+    "scratch": Field("str", "memory holding the scratch tensors an op writes and reads back itself, such as a "
+                     "MatMul's 32-bit products (vela's arena; default: feature_maps)", required=False,
+                     choices=MEMORY_AREAS),
 }
 
 SCHEMA: dict[str, Any] = {
@@ -460,7 +463,8 @@ def _check_ethos_u(d: dict[str, Any], npu: NpuProfile, vela: dict[str, str] | No
         areas[name] = MemoryArea(name, m["axi_bytes_per_cycle"] * a["clock_scale"], a["burst_length"],
                                  a["read_latency"], a["write_latency"], a["size_kib"])
     m["graph_io"] = m["graph_io"] or m["feature_maps"]
-    for key in ("feature_maps", "constants", "graph_io", "spill"):
+    m["scratch"] = m["scratch"] or m["feature_maps"]
+    for key in ("feature_maps", "constants", "graph_io", "spill", "scratch"):
         if m[key] is not None and m[key] not in areas:
             raise fail(where, f"memory.{key}", f"names {m[key]!r}, which memory.areas does not define "
                        f"({', '.join(areas) or 'none'})")
@@ -482,7 +486,7 @@ def _check_ethos_u(d: dict[str, Any], npu: NpuProfile, vela: dict[str, str] | No
         activation_cycles_per_elem=tuple(e["activation_cycles_per_elem"]), memories=areas,
         lut_pass_cycles_per_elem=e["lut_pass_cycles_per_elem"],
         feature_maps=m["feature_maps"], constants=m["constants"], graph_io=m["graph_io"],
-        spill=m["spill"], always_buffer_weights=m["buffer_weights"] == "always",
+        spill=m["spill"], scratch=m["scratch"], always_buffer_weights=m["buffer_weights"] == "always",
         weight_compression=e["weight_compression"])
     need = arch.smallest_block_banks()
     if arch.shram_banks < need:

@@ -103,6 +103,51 @@ def test_mobilenet_demo_total_within_15_percent_of_vela_on_shared_npu_ops(target
     assert c.spearman() >= 0.9
 
 
+@pytest.fixture(scope="module")
+def transformer_results():
+    """transformer_demo (two encoder blocks: LayerNorms, FullyConnected layers, attention MatMuls of
+    two activations and softmaxes) compiled with vela for each Ethos-U config."""
+    data = np.load(ASSETS / "data" / "transformer_calib.npz")
+    model = onnx.load(ASSETS / "models" / "transformer_demo.onnx")
+    out = {}
+    for t in ETHOS_U:
+        r = _compile(model, t, {"x": data["x"][:4]})
+        out[t] = compare(r.sim, r.vela, resolve_target(t).npu.clock_mhz)
+    return out
+
+
+@pytest.mark.parametrize("target", ETHOS_U)
+def test_transformer_total_within_15_percent_of_vela(transformer_results, target):
+    c = transformer_results[target]
+    assert not c.cpu_here_npu_there and not c.npu_here_cpu_there
+    assert 0.85 <= c.ratio <= 1.15, f"ours {c.ours_total_us:.1f} us, vela {c.vela_total_us:.1f} us"
+
+
+@pytest.mark.parametrize("target", ETHOS_U)
+def test_transformer_attention_matmuls_rank_as_vela_ranks_them(transformer_results, target):
+    """vela runs a MatMul of two activations as a Mul and a ReduceSum per output column (about one
+    MAC per cycle): the four attention MatMuls are its slowest MAC layers, far above the
+    FullyConnected layers with more MACs; our ranking of the 13 MAC layers must agree."""
+    c = transformer_results[target]
+    rows = [r for r in c.layers if r["macs"]]
+    assert len(rows) == 13
+    attention = {r["node"] for r in rows if r["node"].endswith(("attn/MatMul", "attn/MatMul_1"))}
+    slowest = sorted(rows, key=lambda r: -r["ours"])[:4]
+    assert {r["node"] for r in slowest} == attention
+    assert c.spearman() >= 0.9, rows
+
+
+def test_matmul_of_two_activations_costs_a_mul_and_a_reduce_sum_per_output_column():
+    from engine.hw.cost_model import _effective_arch
+    from engine.hw.ethos_u import LayerQuery, estimate
+
+    arch = _effective_arch(resolve_target("ethos-u55-128"))
+    cols = {n: estimate(arch, LayerQuery("matmul", (1, 4, 32, 16), (1, 4, 32, n), ifm2=(1, 4, n, 16)))
+            for n in (16, 32)}
+    assert cols[32].total == pytest.approx(2 * cols[16].total, rel=0.02)
+    assert cols[32].macs / cols[32].total < 2  # vela: 65536 MACs in 62080 cycles
+
+
 # -- the targets' YAML ------------------------------------------------------------------------------
 def test_ethos_u55_128_is_ethos_u55():
     a, b = resolve_target("ethos-u55-128"), resolve_target("ethos-u55")

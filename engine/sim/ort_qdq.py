@@ -1,0 +1,198 @@
+"""Run a QDQ model the way onnxruntime's CPU provider runs it, so its int8 values are the runtime's.
+
+onnxruntime does not execute a QDQ model op by op. At its default optimization level its QDQ
+transformer replaces node units (DequantizeLinear inputs -> op -> QuantizeLinear) by com.microsoft
+integer kernels, and the integer kernel is what decides the int8 result. Measured with
+onnxruntime 1.32 on x86-64 (the optimized model it writes with ``optimized_model_filepath``):
+
+* int8 activations: Conv, MatMul stay float (``QDQIsInt8Allowed`` is false off ARM, so no
+  QLinearConv/QLinearMatMul); DQ -> Conv -> Q runs as a float Conv through MlasConv (its weight
+  is a DequantizeLinear output, not an initializer, so the NCHWc rewrite of level ALL leaves it)
+  and QuantizeLinear. A float32 sum in another order lands on the other side of a rounding
+  boundary for ~2 outputs in 10^7, and a deep network amplifies each such 1-LSB difference into
+  thousands (PP-OCRv6 rec: 16 of 72 M conv outputs differed, 32 % of the deepest tensors' values
+  followed), so ``runtime_executor`` runs these Convs, and MatMuls of dequantized operands, in
+  MLAS's own order (nodes/mlas.py).
+* fused at EXTENDED and ALL: Add, Mul -> QLinearAdd/QLinearMul, Sigmoid -> QLinearSigmoid,
+  Concat -> QLinearConcat, AveragePool/GlobalAveragePool -> QLinearAveragePool/
+  QLinearGlobalAveragePool, Gemm -> QGemm, Softmax -> QLinearSoftmax; MaxPool, Reshape,
+  Transpose, Squeeze, Slice ... drop their DQ/Q pair when both carry the same parameters.
+
+Of these, only QLinearSoftmax computes something the float unit does not: a 256-entry exp table,
+a float32 row sum and the multiplier floor(1 / y_scale) (nodes/contrib_quant.py), 1 LSB apart
+on ~1% of values when y_scale is not 1/256. The other kernels equal the float unit on random
+int8 data (tests/engine/test_ort_exactness.py), so ``runtime_graph`` rewrites only the Softmax
+units, where onnxruntime's selector takes them (8-bit input and output of the same type, the
+Softmax feeding only the Q, no graph output in between; a DQ shared with other consumers is
+duplicated per unit first, as its EnsureUniqueDQForNodeUnit pass does).
+
+A TFLite file is simulated by engine/sim/tflite_int.py with LiteRT's kernels instead: each
+artifact is simulated as the runtime that executes it computes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine.ir.clone import clone_graph
+from engine.ir.graph import Graph, Node
+from engine.sim.executor import Executor
+from nodes import registry
+from nodes.conv import ConvSpec, conv_geometry
+from nodes.spec import RunContext
+
+_MS = "com.microsoft"
+_EIGHT_BIT = (np.dtype(np.int8), np.dtype(np.uint8))
+
+
+def _single_consumer(node: Node) -> Node | None:
+    out = node.outputs[0] if node.outputs else None
+    if out is None or out.is_graph_output:
+        return None
+    users = out.consumers()
+    return users[0] if len(users) == 1 else None
+
+
+def _param_dtype(v) -> np.dtype | None:
+    if v is None:
+        return None
+    if v.const is not None:
+        return np.asarray(v.const).dtype
+    return v.type.dtype if v.type is not None else None
+
+
+def _softmax_unit(q: Node) -> tuple[Node, Node] | None:
+    """(dq, softmax) when ``q`` closes a DQ -> Softmax -> Q unit onnxruntime fuses, else None."""
+    x = q.inputs[0] if q.inputs else None
+    sm = x.producer() if x is not None else None
+    if sm is None or sm.op_type != "Softmax" or sm.domain or _single_consumer(sm) is not q:
+        return None
+    dq = sm.inputs[0].producer() if sm.inputs and sm.inputs[0] is not None else None
+    if dq is None or dq.op_type != "DequantizeLinear":  # a shared DQ is duplicated by the runtime first
+        return None
+    if len(dq.inputs) < 3 or len(q.inputs) < 3 or dq.inputs[2] is None or q.inputs[2] is None:
+        return None
+    t_in, t_out = _param_dtype(dq.inputs[2]), _param_dtype(q.inputs[2])
+    if t_in is None or t_in != t_out or t_in not in _EIGHT_BIT:
+        return None
+    for p in (dq.inputs[1], dq.inputs[2], q.inputs[1], q.inputs[2]):
+        if p.const is None or np.asarray(p.const).size != 1:
+            return None
+    return dq, sm
+
+
+def runtime_graph(graph: Graph) -> Graph:
+    """A copy of a QDQ graph whose node units run onnxruntime's integer kernels where its CPU
+    provider forms them and they compute differently from the float unit (QLinearSoftmax).
+    The quantized values keep their names; a graph without such units is copied unchanged."""
+    g = clone_graph(graph)
+    for q in [n for n in g.toposort() if n.op_type == "QuantizeLinear" and not n.domain]:
+        unit = _softmax_unit(q)
+        if unit is None:
+            continue
+        dq, sm = unit
+        axis = int(sm.attrs.get("axis", -1 if g.opset("") >= 13 else 1))
+        y, args = q.outputs[0], [*dq.inputs[:3], *q.inputs[1:3]]
+        name = g.unique_name(sm.name or "softmax")
+        g.remove_node(q)
+        g.remove_node(sm)
+        g.add_node(Node("QLinearSoftmax", args, [y], {"axis": axis, "opset": g.opset("")}, name=name, domain=_MS))
+        if not dq.outputs[0].consumers() and not dq.outputs[0].is_graph_output:
+            g.remove_node(dq)
+    if any(n.domain == _MS for n in g.nodes):
+        g.opset_imports.setdefault(_MS, 1)
+    g.sort_nodes()
+    return g
+
+
+class _MlasConvSpec(ConvSpec):
+    """Conv as MlasConv computes it on one thread (2-D, float32); other ranks as ConvSpec."""
+
+    def reference(self, ctx: RunContext, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+        """im2col, MLAS's SGEMM order per group, float32 bias."""
+        if x.ndim != 4 or x.dtype != np.float32:
+            return super().reference(ctx, x, w, b)
+        from nodes import mlas
+
+        strides, dils, pb, pe = conv_geometry(ctx.attrs, x.shape, w.shape)
+        return mlas.conv2d(x, w, b, strides, dils, pb, pe, int(ctx.attrs["group"]))
+
+
+_MLAS_CONV = _MlasConvSpec()
+
+
+class _Override:
+    """A registered spec with another reference kernel (everything else is the spec's)."""
+
+    def __init__(self, base) -> None:
+        self.base = base
+
+    def __getattr__(self, name: str):
+        return getattr(self.base, name)
+
+
+class _MlasMatMul(_Override):
+    """MatMul as onnxruntime's MatMul<float> computes it (one MLAS SGEMM per batch matrix)."""
+
+    def reference(self, ctx: RunContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """MLAS's summation order for float32 operands of rank >= 2."""
+        if a.dtype != np.float32 or b.dtype != np.float32 or a.ndim < 2 or b.ndim < 2:
+            return self.base.reference(ctx, a, b)
+        from nodes import mlas
+
+        return mlas.matmul(a, b)
+
+
+def _from_dq(v) -> bool:
+    p = v.producer() if v is not None else None
+    return p is not None and p.op_type == "DequantizeLinear"
+
+
+def mlas_gemms(graph: Graph) -> set[str]:
+    """Names of the Convs and MatMuls onnxruntime runs through MLAS's SGEMM on dequantized
+    operands (both inputs come out of DequantizeLinear)."""
+    return {n.name for n in graph.nodes if n.op_type in ("Conv", "MatMul") and not n.domain
+            and len(n.inputs) >= 2 and _from_dq(n.inputs[0]) and _from_dq(n.inputs[1])}
+
+
+class _OrtHardSwish(_Override):
+    """HardSwish as onnxruntime runs it: its ONNX function body, HardSigmoid(1/6, 1/2) then Mul,
+    each float32 operation rounded on its own (our compiled kernel contracts x / 6 + 1/2 into
+    one FMA, which rounds a few values of a tensor to the other side of a quantization step)."""
+
+    def reference(self, ctx: RunContext, x: np.ndarray) -> np.ndarray:
+        """x * clip(x * float32(1/6) + 1/2, 0, 1)."""
+        if x.dtype != np.float32:
+            return self.base.reference(ctx, x)
+        y = x * np.float32(1.0 / 6.0)
+        y += np.float32(0.5)
+        np.clip(y, 0, 1, out=y)
+        return y * x
+
+
+class RuntimeExecutor(Executor):
+    """An Executor of ``runtime_graph(graph)`` whose QDQ Convs follow MLAS's float order and whose
+    HardSwish is onnxruntime's function body."""
+
+    def __init__(self, graph: Graph, max_bytes: int | None = None) -> None:
+        super().__init__(runtime_graph(graph), max_bytes)
+        self._mlas = mlas_gemms(self.graph)
+
+    def _plan(self, graph: Graph):
+        plan = super()._plan(graph)
+        conv, mm, hswish = registry.get("Conv"), registry.get("MatMul"), registry.get("HardSwish")
+        for step in (*plan.steps, *plan.const_steps):
+            if step.spec is conv and step.node.name in self._mlas:
+                step.spec = _MLAS_CONV
+            elif step.spec is mm and step.node.name in self._mlas:
+                step.spec = _MlasMatMul(mm)
+            elif step.spec is hswish:
+                step.spec = _OrtHardSwish(hswish)
+        return plan
+
+
+def runtime_executor(graph: Graph) -> Executor:
+    """An executor that computes what onnxruntime's CPU provider (one thread, default graph
+    optimizations, x86-64) computes for a QDQ graph: its integer kernels where it fuses node
+    units, MLAS's float order in the Convs it runs in float."""
+    return RuntimeExecutor(graph)

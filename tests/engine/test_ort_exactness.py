@@ -1,0 +1,176 @@
+"""Our simulation of a QDQ model writes the int8 values onnxruntime writes, tensor by tensor.
+
+onnxruntime's CPU provider fuses DequantizeLinear -> op -> QuantizeLinear units into com.microsoft
+integer kernels; engine.sim.ort_qdq.runtime_graph rewrites the units whose kernel computes
+differently (Softmax) and leaves the ones whose kernel equals the float unit, which the kernel
+tests below pin on random int8 data.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import engine
+from engine.ir.onnx_io import to_onnx
+from engine.quant.api import quantize
+from engine.quant.config import QuantConfig
+from engine.quant.data import CalibrationSet
+from engine.sim.ort_qdq import runtime_executor
+from tests.ort_exact import compare
+
+ort = pytest.importorskip("onnxruntime")
+
+
+def _attention_cnn() -> onnx.ModelProto:
+    """Conv -> Relu -> Conv, scores = softmax over the 64 positions, a residual Add and a Sigmoid gate."""
+    rng = np.random.default_rng(3)
+    w1 = rng.normal(0, 0.3, (8, 3, 3, 3)).astype(np.float32)
+    w2 = rng.normal(0, 0.2, (8, 8, 3, 3)).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Reshape", ["c2", "shape"], ["flat"]),
+        helper.make_node("Softmax", ["flat"], ["p"], axis=-1),
+        helper.make_node("Reshape", ["p", "back"], ["p4"]),
+        helper.make_node("Mul", ["p4", "r1"], ["att"]),
+        helper.make_node("Add", ["att", "c1"], ["res"]),
+        helper.make_node("Sigmoid", ["res"], ["y"]),
+    ]
+    inits = [onnx.numpy_helper.from_array(a, n) for n, a in (
+        ("w1", w1), ("b1", rng.normal(0, 0.1, 8).astype(np.float32)), ("w2", w2),
+        ("b2", rng.normal(0, 0.1, 8).astype(np.float32)), ("shape", np.array([1, 8, 64], np.int64)),
+        ("back", np.array([1, 8, 8, 8], np.int64)))]
+    g = helper.make_graph(nodes, "att", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture(scope="module")
+def qdq_attention():
+    rng = np.random.default_rng(0)
+    calib = rng.normal(0, 1, (8, 1, 3, 8, 8)).astype(np.float32)
+    r = quantize(engine.load(_attention_cnn()), CalibrationSet.from_arrays("random", {"x": calib}),
+                 QuantConfig(), analysis_samples=0)
+    return to_onnx(r.graph), r.graph
+
+
+def test_every_quantized_tensor_equals_onnxruntime_int8_values(qdq_attention):
+    model, g = qdq_attention
+    rng = np.random.default_rng(1)
+    samples = [{"x": rng.normal(0, 1, (1, 3, 8, 8)).astype(np.float32)} for _ in range(16)]
+    res = compare(model, {"before": g, "after": runtime_executor(g)}, samples)
+    after = res["after"]
+    assert len(after.total) >= 8
+    worst = after.worst(1)[0]
+    assert after.percent(worst) >= 99.9, (worst, after.percent(worst), after.max_steps[worst])
+    assert after.sqnr_db("y") >= 40.0
+    # op by op (DQ -> float Softmax -> Q: 98.7 % equal) the softmax and what follows it differ; run as it runs, not
+    differed = [q for q in after.total if res["before"].percent(q) < 100.0]
+    assert differed, "the fixture no longer exercises a unit onnxruntime computes differently"
+    assert all(after.percent(q) == 100.0 for q in differed)
+
+
+def _run_both(node: onnx.NodeProto, feeds: dict[str, np.ndarray], inits: dict[str, np.ndarray],
+              out_shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    g = helper.make_graph([node], "k", [helper.make_tensor_value_info(n, TensorProto.INT8, a.shape)
+                                        for n, a in feeds.items()],
+                          [helper.make_tensor_value_info("y", TensorProto.INT8, out_shape)],
+                          [onnx.numpy_helper.from_array(a, n) for n, a in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)[0], engine.execute(engine.load(m), feeds)["y"]
+
+
+@pytest.mark.parametrize("op", ["QLinearSoftmax", "QLinearSigmoid", "QLinearAdd", "QLinearMul",
+                                "QLinearGlobalAveragePool"])
+def test_integer_kernels_write_onnxruntimes_values_for_any_scales(op):
+    rng = np.random.default_rng(7)
+    for _ in range(6):
+        x = rng.integers(-128, 128, (32, 60), dtype=np.int8)
+        scale = lambda: np.float32(10 ** rng.uniform(-3, 0))  # noqa: E731
+        zp = lambda: np.int8(rng.integers(-20, 20))  # noqa: E731
+        shape = (32, 60)
+        if op == "QLinearSoftmax":  # an output scale of 1/256 would hide the floor(1 / y_scale)
+            node = helper.make_node(op, ["x", "xs", "xz", "ys", "yz"], ["y"], domain="com.microsoft", axis=-1,
+                                    opset=13)
+            inits = {"xs": scale(), "xz": zp(), "ys": np.float32(rng.uniform(0.5, 1.0) / 255), "yz": np.int8(-128)}
+            feeds = {"x": x}
+        elif op in ("QLinearSigmoid", "QLinearGlobalAveragePool"):
+            node = helper.make_node(op, ["x", "xs", "xz", "ys", "yz"], ["y"], domain="com.microsoft")
+            inits = {"xs": scale(), "xz": zp(), "ys": scale(), "yz": zp()}
+            feeds = {"x": x if op == "QLinearSigmoid" else x.reshape(1, 32, 6, 10)}
+            shape = shape if op == "QLinearSigmoid" else (1, 32, 1, 1)
+        else:
+            node = helper.make_node(op, ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"], domain="com.microsoft")
+            inits = {"as": scale(), "az": zp(), "bs": scale(), "bz": zp(), "ys": scale(), "yz": zp()}
+            feeds = {"a": x, "b": rng.integers(-128, 128, (32, 60), dtype=np.int8)}
+        theirs, ours = _run_both(node, feeds, inits, shape)
+        np.testing.assert_array_equal(ours, theirs)
+
+
+def _dq_conv(rng: np.random.Generator, cin: int, cout: int, kernel: tuple[int, int], strides: tuple[int, int],
+             pads: tuple[int, int], group: int, hw: tuple[int, int]) -> onnx.ModelProto:
+    """int8 x -> DequantizeLinear -> Conv(DequantizeLinear(int8 W), DequantizeLinear(int32 B)), float out."""
+    xs, ws = np.float32(rng.uniform(0.01, 0.1)), np.float32(rng.uniform(0.001, 0.01))
+    arrays = {"wq": rng.integers(-127, 128, (cout, cin // group, *kernel)).astype(np.int8), "ws": ws,
+              "wz": np.int8(0), "xs": xs, "xz": np.int8(rng.integers(-10, 10)),
+              "bq": rng.integers(-5000, 5000, cout).astype(np.int32), "bs": np.float32(xs * ws), "bz": np.int32(0)}
+    nodes = [helper.make_node("DequantizeLinear", ["x", "xs", "xz"], ["xf"]),
+             helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wf"]),
+             helper.make_node("DequantizeLinear", ["bq", "bs", "bz"], ["bf"]),
+             helper.make_node("Conv", ["xf", "wf", "bf"], ["y"], strides=list(strides), pads=[*pads, *pads],
+                              group=group)]
+    oh = (hw[0] + 2 * pads[0] - kernel[0]) // strides[0] + 1
+    ow = (hw[1] + 2 * pads[1] - kernel[1]) // strides[1] + 1
+    g = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info("x", TensorProto.INT8, [1, cin, *hw])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, cout, oh, ow])],
+                          [onnx.numpy_helper.from_array(a, n) for n, a in arrays.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize(("cin", "cout", "kernel", "strides", "pads", "group", "hw"), [
+    (96, 48, (3, 3), (2, 2), (1, 1), 1, (12, 40)),    # K = 864 in blocks of 128
+    (768, 64, (1, 1), (1, 1), (0, 0), 1, (3, 20)),    # K = 768, N = 60: blocks of 256
+    (3, 16, (3, 3), (2, 2), (1, 1), 1, (24, 40)),     # the stem: one block
+    (96, 96, (3, 3), (1, 1), (1, 1), 96, (12, 40)),   # depthwise: the M = 1 kernel
+    (64, 64, (1, 7), (1, 1), (0, 3), 64, (1, 40)),    # depthwise 1x7
+])
+def test_dequantized_convs_sum_in_onnxruntimes_float_order(cin, cout, kernel, strides, pads, group, hw):
+    rng = np.random.default_rng(cin + cout)
+    model = _dq_conv(rng, cin, cout, kernel, strides, pads, group, hw)
+    x = rng.integers(-128, 128, (1, cin, *hw)).astype(np.int8)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    theirs = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    g = engine.load(model)
+    ours = runtime_executor(g).run({"x": x})["y"]
+    np.testing.assert_array_equal(ours, theirs)
+    plain = engine.execute(g, {"x": x})["y"]  # BLAS order: the same sums to float32 rounding, not bit for bit
+    np.testing.assert_allclose(plain, theirs, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(("a_shape", "b_shape"), [((1, 40, 192), (192, 384)), ((1, 40, 768), (768, 96)),
+                                                  ((1, 4, 40, 24), (1, 4, 24, 40)), ((1, 192), (192, 64))])
+def test_dequantized_matmuls_sum_in_onnxruntimes_float_order(a_shape, b_shape):
+    rng = np.random.default_rng(len(a_shape) + a_shape[-1])
+    arrays = {"as": np.float32(0.03), "az": np.int8(3), "bs": np.float32(0.004), "bz": np.int8(0)}
+    nodes = [helper.make_node("DequantizeLinear", ["a", "as", "az"], ["af"]),
+             helper.make_node("DequantizeLinear", ["b", "bs", "bz"], ["bf"]),
+             helper.make_node("MatMul", ["af", "bf"], ["y"])]
+    out = [*np.broadcast_shapes(a_shape[:-2], b_shape[:-2]), a_shape[-2], b_shape[-1]]
+    g = helper.make_graph(nodes, "mm", [helper.make_tensor_value_info("a", TensorProto.INT8, list(a_shape)),
+                                        helper.make_tensor_value_info("b", TensorProto.INT8, list(b_shape))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)],
+                          [onnx.numpy_helper.from_array(v, n) for n, v in arrays.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    feeds = {"a": rng.integers(-128, 128, a_shape).astype(np.int8), "b": rng.integers(-128, 128, b_shape).astype(np.int8)}
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    theirs = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_array_equal(runtime_executor(engine.load(model)).run(feeds)["y"], theirs)
