@@ -38,7 +38,7 @@ from app.analysis_jobs import (
     sustained_job,
 )
 from app.document import CompiledPlacement
-from app.workers import Task
+from app.worker_process import ProcessTask
 from engine.hw.target import HardwareTarget
 from engine.ir.events import GraphEvent, NodeChanged
 from engine.quant.data import ImagePreprocess
@@ -86,12 +86,12 @@ class AnalysisController(QObject):
         self._timer.setSingleShot(True)
         self._timer.setInterval(DEBOUNCE_MS)
         self._timer.timeout.connect(self._start_compile)
-        self._task: Task | None = None
+        self._task: ProcessTask | None = None
         self._pending = False
-        self._resim: Task | None = None
+        self._resim: ProcessTask | None = None
         self._resim_next: HardwareTarget | None = None
-        self._preview: Task | None = None
-        self._sustained: Task | None = None
+        self._preview: ProcessTask | None = None
+        self._sustained: ProcessTask | None = None
         self._sustained_for: AnalysisResult | None = None
         self._request_id = 0
         self._compare_next = False
@@ -269,10 +269,11 @@ class AnalysisController(QObject):
             return
         self._request_id += 1
         pins = {n.name: n.meta["pin"] for n in doc.graph.nodes if n.meta.get("pin") in placement.DEVICES}
-        # The document's graph itself: the job copies it (clone_unchanged), not the GUI thread.
+        # The document's graph itself: a sender thread writes it for the worker process as it was at
+        # this version (clone_unchanged), not the GUI thread.
         req = AnalysisRequest(self._request_id, doc.graph.version, doc.graph, self.settings, target,
                               pins, what_if_hardware=self.hardware is not None)
-        task = Task(compile_job, req, self.cache, name="analysis")
+        task = ProcessTask(compile_job, req, self.cache, name="analysis", graph=doc.graph, graph_version=doc.graph.version)
         task.signals.progress.connect(self.progress)
         task.signals.finished.connect(self._on_compile_finished)
         task.signals.failed.connect(self._on_compile_failed)
@@ -332,6 +333,7 @@ class AnalysisController(QObject):
         self._dirty_since = None
         self.previous, self.current = self.current, result
         if self._compare_next and self.previous is not None:
+            # shown as "after the pin" only when nothing else changed (settings_changed_between)
             self.comparison = (self.previous, result)
             self._compare_next = False
             self.comparison_changed.emit(self.comparison)
@@ -395,7 +397,7 @@ class AnalysisController(QObject):
         result = self._sustained_for
         if result is None or result is not self.current:
             return
-        task = Task(sustained_job, result.sim, name="sustained")
+        task = ProcessTask(sustained_job, result.sim, name="sustained")
         task.signals.finished.connect(self._on_sustained)
         self._sustained = task.start()
 
@@ -425,7 +427,7 @@ class AnalysisController(QObject):
         if target is None or self.current is None:
             self._resim = None
             return
-        task = Task(resimulate_job, self.current, target, self.current.request_id, name="re-simulate")
+        task = ProcessTask(resimulate_job, self.current, target, self.current.request_id, name="re-simulate")
         task.signals.finished.connect(self._on_resim_done)
         task.signals.failed.connect(self._on_resim_failed)
         task.signals.cancelled.connect(self._on_resim_failed)
@@ -453,13 +455,13 @@ class AnalysisController(QObject):
             self._start_resim()
 
     # -- placement what-if ---------------------------------------------------------------------
-    def preview_pin(self, ops: list[str], device: str | None) -> Task | None:
+    def preview_pin(self, ops: list[str], device: str | None) -> ProcessTask | None:
         """Predict what pinning ``ops`` to ``device`` would change (pin_preview_ready)."""
         if self.current is None:
             return None
         if self._preview is not None:
             self._preview.cancel()
-        task = Task(pin_preview_job, self.current, list(ops), device, name="what-if")
+        task = ProcessTask(pin_preview_job, self.current, list(ops), device, name="what-if")
         task.signals.finished.connect(self._on_preview_done)
         task.signals.failed.connect(self._on_preview_failed)
         self._preview = task.start()
@@ -531,9 +533,26 @@ class AnalysisController(QObject):
         doc.show_compiled(compiled_placement(result, doc.graph))
 
 
+def settings_changed_between(before: AnalysisResult, after: AnalysisResult) -> list[str]:
+    """What else differs between two compiles of a comparison besides the pins: the settings
+    whose change moves the figures too (empty: the pins alone made the difference)."""
+    a, b = before.settings, after.settings
+    out = []
+    if a.target != b.target or before.compile.target != after.compile.target \
+            or before.what_if_hardware != after.what_if_hardware:
+        out.append("the hardware")
+    if a.calibration != b.calibration or (a.calibration and a.preprocess != b.preprocess):
+        out.append("the calibration data")
+    if a.quant != b.quant or (before.quant is None) != (after.quant is None) or a.analysis_samples != b.analysis_samples:
+        out.append("the quantization")
+    if a.disabled_passes != b.disabled_passes:
+        out.append("the optimizer passes")
+    return out
+
+
 def compiled_placement(result: AnalysisResult, graph: Any) -> CompiledPlacement:
     """Each node of ``graph`` placed as the op it was compiled into (a node the optimizer removed
-    does not run: "unplaced")."""
+    does not run: "removed", which the legend counts apart from nodes not placed)."""
     ops = {o.node: o for o in result.sim.ops}
     device: dict[str, str] = {}
     reason: dict[str, str] = {}
@@ -546,7 +565,7 @@ def compiled_placement(result: AnalysisResult, graph: Any) -> CompiledPlacement:
                 why = f"fused into {op}" + (f"; {why}" if why else "")
             device[n.name], reason[n.name] = rec.device, why
         else:
-            device[n.name] = "unplaced"
+            device[n.name] = "removed"
             reason[n.name] = "removed by the optimizer (folded or eliminated): it does not run"
     return CompiledPlacement(result.graph_version, device, reason,
                              [*quality.low_sqnr_warnings(result),

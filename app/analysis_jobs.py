@@ -164,6 +164,11 @@ class AnalysisCache:
         self._calib = _Lru(6)
         self._front = _Lru(8)
 
+    def __reduce__(self) -> tuple:
+        # Sent to the worker process (app/worker_process.py) as that process's own cache: the jobs
+        # that fill and read it run there.
+        return shared_cache, ()
+
     def data(self, settings: AnalysisSettings, graph: Graph) -> tuple[CalibrationSet, bool]:
         """(calibration samples, synthetic?) for ``graph``'s inputs."""
         sig = tuple((v.name, tuple(v.type.shape or ()), str(v.type.dtype)) for v in graph.inputs)
@@ -199,6 +204,17 @@ class AnalysisCache:
     def put_front(self, key: Any, value: Any) -> None:
         with self._lock:
             self._front.put(key, value)
+
+
+_SHARED: AnalysisCache | None = None
+
+
+def shared_cache() -> AnalysisCache:
+    """This process's cache of the jobs sent to it (one per worker process)."""
+    global _SHARED
+    if _SHARED is None:
+        _SHARED = AnalysisCache()
+    return _SHARED
 
 
 def graph_key(graph: Graph) -> str | None:

@@ -73,10 +73,10 @@ def cmd_gui(args: argparse.Namespace, out: Out) -> int:
 
     from app.__main__ import make_app, recovery_dir
     from app.main_window import MainWindow
-    from nodes.kernels import warm_up
 
+    # No kernels.warm_up() here: the worker process that runs the analysis warms them up, once
+    # (app/worker_process.py); this process runs no kernel.
     app = QApplication.instance() or make_app()
-    warm_up()  # compiled kernels ready before the window: the first analysis must not stall it
     win = MainWindow(recovery_dir=recovery_dir())
     from app.walkthrough_probe import install_if_asked
 
@@ -92,22 +92,19 @@ def cmd_gui(args: argparse.Namespace, out: Out) -> int:
 def screenshot(model: Path, dest: Path, target: str | None, shapes: dict, out: Out, size=(1600, 1000),
                timeout: float = 300.0, calib: str | None = None) -> int:
     """Load, compile, lay out and render the main window to ``dest`` (a PNG); exit status."""
+    if dest.parent and not dest.parent.exists():
+        raise InputError(f"{dest}: folder {dest.parent} does not exist")
+    _refuse_unloadable(model, shapes)  # before Qt and the editor are imported
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
 
     from app.__main__ import make_app
     from app.main_window import MainWindow
-
-    if dest.parent and not dest.parent.exists():
-        raise InputError(f"{dest}: folder {dest.parent} does not exist")
     if target:
         from app import placement
 
         placement.resolve_target(target)  # a bad target is a clear error before any window
-    from nodes.kernels import warm_up
-
-    app = QApplication.instance() or make_app()
-    warm_up()  # as cmd_gui: not inside the analysis the screenshot waits for
+    app = QApplication.instance() or make_app()  # no warm-up here either (cmd_gui says why)
     tmp = tempfile.mkdtemp(prefix="npu-studio-shot-")
     settings = QSettings(str(Path(tmp) / "settings.ini"), QSettings.Format.IniFormat)
     if calib and not Path(calib).exists():
@@ -157,6 +154,24 @@ def screenshot(model: Path, dest: Path, target: str | None, shapes: dict, out: O
     if analysis is not None:
         analysis.controller.shutdown()
     return EXIT_OK
+
+
+def _refuse_unloadable(model: Path, shapes: dict) -> None:
+    """The engine's one-line error for a model the screenshot cannot show compiled (not a
+    model, invalid, dynamic inputs left unfixed without --shape: the CLI's rule), before the
+    window and the compiled kernels are made (those took 30 s on a loaded machine first)."""
+    import engine
+    from engine import project as projects
+    from engine.compiler import require_static
+
+    if model.suffix.lower() == projects.SUFFIX:
+        graph, _project = projects.open_project(model)
+    else:
+        graph = engine.load(model, shapes=shapes or None)
+    try:
+        require_static(graph)
+    except InputError as exc:
+        raise InputError(f"{model}: {exc}") from None
 
 
 def _settled(app) -> bool:

@@ -2,7 +2,7 @@
 and the analysis settings (target, calibration, quantization, passes, pins).
 
 The export runs the engine's own compile driver (``engine.compiler.compile_model``) and bundle
-writer (``engine.export.artifacts.write_bundle``) in a worker, with progress and cancel, so the
+writer (``engine.export.artifacts.write_bundle``) in the worker process (app/worker_process.py), with progress and cancel, so the
 files and their manifest hashes are exactly those of the command line with the same settings.
 When it is done it offers to open the report."""
 
@@ -18,7 +18,8 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox, QProgressDialog, QWidget
 
 from app import style
 from app.help import open_local_file
-from app.workers import Task, TaskControl
+from app.worker_process import ProcessTask
+from app.workers import TaskControl
 
 log = logging.getLogger(__name__)
 
@@ -60,14 +61,12 @@ class ExportController(QObject):
         super().__init__(parent_widget)
         self.controller = controller
         self.parent_widget = parent_widget
-        self.task: Task | None = None
+        self.task: ProcessTask | None = None
         self._dialog: QProgressDialog | None = None
         self.ask_open_report = self._ask_open_report
 
-    def export_to(self, outdir: str | Path, force: bool = False, show_progress: bool = True) -> Task | None:
+    def export_to(self, outdir: str | Path, force: bool = False, show_progress: bool = True) -> ProcessTask | None:
         """Start exporting to ``outdir`` (the signals report the end)."""
-        from engine.ir.clone import clone_graph
-
         ctl = self.controller
         doc = ctl.doc
         if doc is None or ctl.target is None:
@@ -77,14 +76,14 @@ class ExportController(QObject):
         from app.analysis_jobs import effective_pins
 
         pins = {n.name: n.meta["pin"] for n in doc.graph.nodes if n.meta.get("pin") in ("npu", "cpu")}
-        graph = clone_graph(doc.graph)
+        graph = doc.graph  # written for the worker process as it is now, off the GUI thread
         s = ctl.settings
         cur = ctl.current
         valid = cur.compile.optimized if cur is not None else graph
         options = s.options(effective_pins(valid, pins) if cur is not None else pins)
         target = ctl.hardware if ctl.hardware is not None else s.target
-        task = Task(export_job, graph, target, s.calibration, s.preprocess, options, str(outdir), force,
-                    name="export")
+        task = ProcessTask(export_job, graph, target, s.calibration, s.preprocess, options, str(outdir), force,
+                           name="export", graph=graph, graph_version=graph.version)
         task.signals.finished.connect(self._on_finished)
         task.signals.failed.connect(self._on_failed)
         task.signals.cancelled.connect(lambda: self._on_failed("export cancelled"))

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from app import placement, style
-from app.canvas.edge_item import edge_paths
 from app.canvas.layout import LayoutResult, layered_layout
 from app.canvas.snapshot import GraphSnapshot, take_snapshot
 from app.runtime import collections_paused, settle_heap
@@ -84,8 +83,6 @@ def layout_job(control: TaskControl, graph: Graph | GraphSnapshot, expanded=(), 
     result = layered_layout(snapshot.data, progress=lambda f, t: control.progress(base + span * 0.9 * f, t),
                             cancelled=control.cancelled)
     control.check()
-    control.progress(base + span * 0.95, "drawing edges")
-    snapshot.paths = edge_paths(snapshot, result)
     return snapshot, result
 
 

@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import commands, jobs, placement, recent, runtime, style
+from app import commands, compile_action, jobs, placement, recent, runtime, style
 from app.analysis_dock import install_analysis
 from app.canvas.minimap import MARGIN, LegendWidget, MinimapWidget
 from app.canvas.node_item import IOItem, NodeItem
@@ -91,7 +91,8 @@ class _CanvasArea(QWidget):
 class MainWindow(QMainWindow):
     """NPU Studio's editor window."""
 
-    document_shown = Signal()  # a model is on screen and laid out
+    document_shown = Signal()  # a model is on screen and laid out, every canvas item made
+    canvas_shown = Signal()  # the first view of a model is drawn (other items may still be in the making)
     compile_finished = Signal(object)
 
     def __init__(self, settings: QSettings | None = None, recovery_dir: str | Path | None = None,
@@ -331,6 +332,7 @@ class MainWindow(QMainWindow):
         self.scene = scene
         scene.populate_progress.connect(self._show_progress)
         scene.populated.connect(self._on_scene_populated)
+        scene.view_ready.connect(self.canvas_shown)
         scene.message.connect(self._on_message)
         scene.selectionChanged.connect(self._on_selection_changed)
         scene.relayout_requested.connect(self.relayout)
@@ -340,6 +342,7 @@ class MainWindow(QMainWindow):
             old.deleteLater()
         self._show_banner()
         scene.populate(snapshot, layout)
+        self.canvas.first_look()  # the layout's extent is known: the first slices make what it shows
 
     def _show_banner(self) -> None:
         """The banner over the canvas: the read-only optimized view, or the offer to set the
@@ -377,7 +380,6 @@ class MainWindow(QMainWindow):
 
     def _on_scene_populated(self) -> None:
         self._hide_progress()
-        self.canvas.first_look()
         if self.doc is not None and self.scene is not None and not self.scene.read_only:
             # Once the first frame is up: its clone of the graph should not add to that frame.
             self.doc.request_analysis(reinfer=self.doc.is_dirty, delay_ms=FIRST_ANALYSIS_DELAY_MS)
@@ -598,19 +600,9 @@ class MainWindow(QMainWindow):
         self.canvas.minimap.rebuild()
 
     # -- compile -------------------------------------------------------------------------------
-    def compile(self) -> Task | None:
-        """Optimize and place a copy of the graph in a worker; shows the pass trace."""
-        doc = self.doc
-        if doc is None:
-            return None
-        doc.flush()
-        task = Task(jobs.optimize_and_place_job, doc.graph, doc.graph.version, doc.target, name="compile")
-        task.signals.progress.connect(self._show_progress)
-        task.signals.finished.connect(self._on_compile_done)
-        task.signals.failed.connect(self._on_task_failed)
-        task.signals.cancelled.connect(lambda: doc is self.doc and self.compile())  # edited while copied
-        self._show_progress(0.0, "compiling")
-        return task.start()
+    def compile(self) -> Task | compile_action.AnalysisCompile | None:
+        """Compile and show the pass trace (app/compile_action.py: as the live analysis does)."""
+        return compile_action.compile_document(self)
 
     def _on_compile_done(self, outcome: jobs.CompileOutcome) -> None:
         self._hide_progress()

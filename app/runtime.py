@@ -8,6 +8,8 @@ made (app/main_window.py), before any worker starts:
 - GIL switch interval 1 ms (Python's default is 5 ms). Qt calls back into Python for every
   paint and bounding box; while a worker computes, each callback can wait up to one interval
   for the GIL, which adds up to visible stalls on a canvas of many items.
+- The worker process that compiles, re-simulates and runs sustained figures (app/worker_process.py)
+  starts, so that its imports and kernel warm-up run while the window is being made.
 - The start-up heap (Qt wrappers, the engine modules preloaded here so that no worker compiles
   bytecode while holding the GIL) is collected once and frozen: later full collections do not
   visit it.
@@ -59,6 +61,14 @@ def start_up() -> None:
             log.debug("engine module %s is not available", name)
     gc.collect()
     gc.freeze()
+    from app.worker_process import start_worker, worker
+
+    start_worker()  # its imports and kernel warm-up overlap the window's start (app/worker_process.py)
+    from PySide6.QtCore import QCoreApplication
+
+    qapp = QCoreApplication.instance()
+    if qapp is not None:
+        qapp.aboutToQuit.connect(worker().stop)
 
 
 @contextmanager

@@ -17,8 +17,12 @@ PLACEMENT_COLORS: dict[str, tuple[QColor, QColor]] = {
     "npu": (QColor("#12877a"), QColor("#d3efe9")),
     "cpu": (QColor("#d9711c"), QColor("#fbe2cc")),
     "unplaced": (QColor("#7b8598"), QColor("#eceef2")),
+    # a node the optimizer folded or eliminated (an Identity, a constant subgraph): it does not
+    # run, so it is neither a fallback nor waiting to be placed
+    "removed": (QColor("#b7bdc9"), QColor("#f7f8fa")),
 }
-PLACEMENT_LABELS = {"npu": "NPU", "cpu": "CPU fallback", "unplaced": "not placed"}
+PLACEMENT_LABELS = {"npu": "NPU", "cpu": "CPU fallback", "unplaced": "not placed", "removed": "optimized away"}
+UNBADGED = ("unplaced", "removed")  # placements drawn without a device badge
 
 
 

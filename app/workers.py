@@ -4,6 +4,10 @@ A ``Task`` runs a plain function in Qt's thread pool. The function receives a ``
 to report progress (throttled) and to poll for cancellation; results, errors and progress
 arrive on the GUI thread as signals. Functions must not touch Qt widgets or a graph that the
 GUI is editing (give them a clone or a snapshot).
+
+A thread shares the GIL with the GUI thread, so the heavy engine jobs (compiles, re-simulations,
+sustained runs, exports, tensor views) run in the worker process instead (app/worker_process.py's
+``ProcessTask``, with this ``Task``'s interface); threads here read models and lay them out.
 """
 
 from __future__ import annotations

@@ -19,28 +19,31 @@ if TYPE_CHECKING:
     from app.canvas.snapshot import GraphSnapshot
 
 
-def _box_size(key: Any) -> tuple[float, float]:
+def box_size(key: Any) -> tuple[float, float]:
+    """(width, height) of the item of a layout key (an IO item for ``("in"/"out", ...)``)."""
     return (style.IO_WIDTH, style.IO_HEIGHT) if isinstance(key, tuple) else (style.NODE_WIDTH, style.NODE_HEIGHT)
 
 
+def edge_path(snapshot: GraphSnapshot, result: LayoutResult, j: int) -> tuple[QPainterPath, QRectF]:
+    """The curve (and its bounding rectangle) of edge ``j`` of a laid-out snapshot: what
+    ``EdgeItem.refresh`` would compute from the items, computed from the layout (QPainterPath
+    is usable off the GUI thread too)."""
+    keys, positions, offsets = snapshot.keys, result.positions, snapshot.offsets
+    u, v = snapshot.data.edges[j]
+    ku, kv = keys[u], keys[v]
+    (wu, hu), (wv, _hv) = box_size(ku), box_size(kv)
+    dxu, dyu = offsets.get(ku, (0.0, 0.0))
+    dxv, dyv = offsets.get(kv, (0.0, 0.0))
+    out_dx, in_dx = snapshot.data.ports[j] if snapshot.data.ports else (0.0, 0.0)
+    a = QPointF(positions[u][0] + dxu + wu / 2 + out_dx, positions[u][1] + dyu + hu)
+    b = QPointF(positions[v][0] + dxv + wv / 2 + in_dx, positions[v][1] + dyv)
+    path = smooth_path([a, *(QPointF(x, y) for x, y in result.routes.get((u, v), ())), b])
+    return path, path.controlPointRect().adjusted(-6, -6, 6, 6)
+
+
 def edge_paths(snapshot: GraphSnapshot, result: LayoutResult) -> dict[tuple[Any, int], tuple[QPainterPath, QRectF]]:
-    """The curve (and its bounding rectangle) of every edge of a laid-out snapshot, by input
-    slot: what ``EdgeItem.refresh`` would compute from the items, computed here from the
-    layout so a worker thread can do it (QPainterPath is usable off the GUI thread)."""
-    keys, positions, offsets, routes = snapshot.keys, result.positions, snapshot.offsets, result.routes
-    ports = snapshot.data.ports or [(0.0, 0.0)] * len(snapshot.data.edges)
-    out: dict[tuple[Any, int], tuple[QPainterPath, QRectF]] = {}
-    for j, (u, v) in enumerate(snapshot.data.edges):
-        ku, kv = keys[u], keys[v]
-        (wu, hu), (wv, _hv) = _box_size(ku), _box_size(kv)
-        dxu, dyu = offsets.get(ku, (0.0, 0.0))
-        dxv, dyv = offsets.get(kv, (0.0, 0.0))
-        out_dx, in_dx = ports[j]
-        a = QPointF(positions[u][0] + dxu + wu / 2 + out_dx, positions[u][1] + dyu + hu)
-        b = QPointF(positions[v][0] + dxv + wv / 2 + in_dx, positions[v][1] + dyv)
-        path = smooth_path([a, *(QPointF(x, y) for x, y in routes.get((u, v), ())), b])
-        out[snapshot.slots[j]] = (path, path.controlPointRect().adjusted(-6, -6, 6, 6))
-    return out
+    """``edge_path`` of every edge, by input slot."""
+    return {snapshot.slots[j]: edge_path(snapshot, result, j) for j in range(len(snapshot.data.edges))}
 
 
 def smooth_path(points: list[QPointF]) -> QPainterPath:

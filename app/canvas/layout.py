@@ -27,6 +27,8 @@ import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 LAYER_GAP = 46.0  # vertical space between layer rows (room for edges and labels)
 NODE_GAP = 28.0  # horizontal space between neighbouring nodes
 DUMMY_WIDTH = 14.0  # horizontal room of a long edge passing through a layer
@@ -63,6 +65,59 @@ class LayoutResult:
     width: float
     height: float
     crossings: int | None = None
+    index: LayoutIndex | None = None  # made by the worker that laid out (see index_layout)
+
+
+@dataclass
+class LayoutIndex:
+    """The layout as arrays, for finding what a rectangle shows without the items: every node's
+    box, the nodes top rows first (then left to right), the edges at each node (CSR: those of
+    node i are ``incident[incident_at[i]:incident_at[i + 1]]``) and every edge's box (its
+    ends' boxes and its bend points)."""
+
+    x0: np.ndarray
+    y0: np.ndarray
+    x1: np.ndarray
+    y1: np.ndarray
+    order: np.ndarray
+    e_u: np.ndarray
+    e_v: np.ndarray
+    incident: np.ndarray
+    incident_at: np.ndarray
+    ex0: np.ndarray
+    ex1: np.ndarray
+    ey0: np.ndarray
+    ey1: np.ndarray
+
+
+def index_layout(data: LayoutInput, result: LayoutResult) -> LayoutIndex:
+    """Index ``result`` (the layout of ``data``; see LayoutIndex)."""
+    n, m = len(data.sizes), len(data.edges)
+    chain = itertools.chain.from_iterable
+    sizes = np.fromiter(chain(data.sizes), dtype=float, count=2 * n).reshape(n, 2)
+    pos = np.fromiter(chain(result.positions), dtype=float, count=2 * n).reshape(n, 2)
+    x0, y0 = pos[:, 0].copy(), pos[:, 1].copy()
+    x1, y1 = x0 + sizes[:, 0], y0 + sizes[:, 1]
+    ends = np.fromiter(chain(data.edges), dtype=np.int64, count=2 * m).reshape(m, 2)
+    u, v = ends[:, 0].copy(), ends[:, 1].copy()
+    both = np.concatenate([u, v])
+    by_end = np.argsort(both, kind="stable")
+    incident = by_end % max(m, 1)
+    incident_at = np.searchsorted(both[by_end], np.arange(n + 1))
+    ex0, ex1 = np.minimum(x0[u], x0[v]), np.maximum(x1[u], x1[v])
+    ey0, ey1 = np.minimum(y0[u], y0[v]), np.maximum(y1[u], y1[v])
+    routed = [(a * n + b, min(p[0] for p in pts), max(p[0] for p in pts))
+              for (a, b), pts in result.routes.items() if pts]
+    if routed and m:  # long edges: their bend points widen the box
+        code = u * n + v
+        by_code = np.argsort(code, kind="stable")
+        r_code, r_lo, r_hi = (np.asarray(c) for c in zip(*routed))
+        k = np.minimum(np.searchsorted(code, r_code, sorter=by_code), m - 1)
+        hit = code[by_code[k]] == r_code
+        j = by_code[k[hit]]
+        ex0[j] = np.minimum(ex0[j], r_lo[hit])
+        ex1[j] = np.maximum(ex1[j], r_hi[hit])
+    return LayoutIndex(x0, y0, x1, y1, np.lexsort((x0, y0)), u, v, incident, incident_at, ex0, ex1, ey0, ey1)
 
 
 Progress = Callable[[float, str], None]
@@ -110,7 +165,9 @@ def layered_layout(data: LayoutInput, progress: Progress | None = None,
     graph.assign_x(cancelled)
     _check(cancelled)
     progress(0.9, "finishing")
-    return graph.result(data.edges, crossings)
+    result = graph.result(data.edges, crossings)
+    result.index = index_layout(data, result)  # here, off the GUI thread
+    return result
 
 
 def _check(cancelled: Callable[[], bool]) -> None:
@@ -276,13 +333,32 @@ class _LayerGraph:
         best = self.count_crossings(pos) if exact else None
         best_layers = [list(r) for r in self.layers]
         sweeps = SWEEPS if total <= LARGE else 3
+        # A layer's new order depends only on its own order and the positions in the layer it
+        # is sorted against. ``version[k]`` counts the changes of layer k's order; a sort whose
+        # two inputs are the versions it last saw would give the order the layer already has,
+        # so it is skipped (most rows of a long chain settle in the first sweep).
+        depth = len(self.layers)
+        version = [0] * depth
+        seen_down: list[tuple[int, int] | None] = [None] * depth
+        seen_up: list[tuple[int, int] | None] = [None] * depth
         for it in range(sweeps):
             _check(cancelled)
-            for k in range(1, len(self.layers)):
-                self._sort_layer(k, True, pos)
-            for k in range(len(self.layers) - 2, -1, -1):
-                self._sort_layer(k, False, pos)
+            changed = False
+            for k in range(1, depth):
+                if seen_down[k] != (version[k - 1], version[k]):
+                    if self._sort_layer(k, True, pos):
+                        version[k] += 1
+                        changed = True
+                    seen_down[k] = (version[k - 1], version[k])
+            for k in range(depth - 2, -1, -1):
+                if seen_up[k] != (version[k + 1], version[k]):
+                    if self._sort_layer(k, False, pos):
+                        version[k] += 1
+                        changed = True
+                    seen_up[k] = (version[k + 1], version[k])
             progress(0.2 + 0.5 * (it + 1) / sweeps, "reducing crossings")
+            if not changed:
+                break  # nothing moved in a whole sweep: every later sweep would be the same
             if exact:
                 c = self.count_crossings(pos)
                 if c < best:  # type: ignore[operator]
@@ -295,12 +371,13 @@ class _LayerGraph:
         self.layers = best_layers
         return best
 
-    def _sort_layer(self, k: int, upward: bool, pos: list[int]) -> None:
+    def _sort_layer(self, k: int, upward: bool, pos: list[int]) -> bool:
         """Order layer ``k`` by the barycenter of its neighbours above (``upward``) or below,
-        each taken at its port: a fraction of a slot left or right of the neighbour."""
+        each taken at its port: a fraction of a slot left or right of the neighbour. True when
+        the order changed."""
         row = self.layers[k]
         if len(row) < 2:
-            return  # nothing to order (most rows of a long chain)
+            return False  # nothing to order (most rows of a long chain)
         keyed = []
         live, width = self.live, self.width
         nbrs, ports = (self.up, self.up_p) if upward else (self.down, self.down_p)
@@ -315,9 +392,13 @@ class _LayerGraph:
             else:
                 keyed.append((float(i), i, v))  # keep nodes without neighbours in place
         keyed.sort()
-        row[:] = [v for _, _, v in keyed]
+        new = [v for _, _, v in keyed]
+        if new == row:
+            return False
+        row[:] = new
         for i, v in enumerate(row):
             pos[v] = i
+        return True
 
     def count_crossings(self, pos: list[int]) -> int:
         """Exact number of edge crossings between consecutive layers (edges end at ports)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from PySide6.QtCore import QPointF, QRect, QRectF, Qt, QTimer
 from PySide6.QtGui import QBrush, QColor, QMouseEvent, QPainter, QPaintEvent, QPen, QPixmap
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QWidget
@@ -36,6 +37,7 @@ class _Build:
     offset: QPointF
     done: int = 0
     by_color: dict[str, list[QRectF]] = field(default_factory=dict)
+    dots: list[float] = field(default_factory=list)  # node centres, x and y in turn (minimap coordinates)
 
 
 class MinimapWidget(QWidget):
@@ -51,6 +53,7 @@ class MinimapWidget(QWidget):
         self._bounds = QRectF()
         self._scale = 1.0
         self._offset = QPointF()
+        self._dots = np.zeros((0, 2))  # the picture's node centres (minimap coordinates)
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
         self._timer.setInterval(400)
@@ -101,11 +104,22 @@ class MinimapWidget(QWidget):
 
             def cost(x: int) -> tuple[bool, int]:
                 box = QRect(x - vp.left(), y - vp.top(), w, h)  # in viewport coordinates
-                hidden = sum(1 for it in self.view.items(box) if type(it).__name__ == "NodeItem")
-                return QRectF(x, y, w, h).contains(centre), hidden
+                return QRectF(x, y, w, h).contains(centre), self._nodes_under(box)
 
             corners.sort(key=cost)
         self.move(corners[0], y)
+
+    def _nodes_under(self, box: QRect) -> int:
+        """How many of the nodes in the picture lie under ``box`` (viewport coordinates),
+        counted from the picture's own node centres: asking the scene would call every item's
+        bounding rectangle under the corner in Python (284 ms on 50,000 nodes)."""
+        dots = self._dots
+        if dots.size == 0:
+            return 0
+        r = self.view.mapToScene(box).boundingRect()
+        a, b = self._map(r.topLeft()), self._map(r.bottomRight())
+        xs, ys = dots[:, 0], dots[:, 1]
+        return int(np.count_nonzero((xs >= a.x()) & (xs <= b.x()) & (ys >= a.y()) & (ys <= b.y())))
 
     def schedule_rebuild(self) -> None:
         """Redraw the cached picture soon (edits come in bursts)."""
@@ -166,6 +180,8 @@ class MinimapWidget(QWidget):
                 pos = it.pos()
                 r = QRectF(pos.x() * s + ox, pos.y() * s + oy, max(it.width * s, 1.5), max(it.height * s, 1.5))
                 b.by_color.setdefault(status_of(it.node).device, []).append(r)
+                b.dots.append(pos.x() * s + ox + it.width * s / 2)
+                b.dots.append(pos.y() * s + oy + it.height * s / 2)
         except RuntimeError:  # an item was deleted meanwhile (an edit): its rebuild follows
             self._build = None
             self.schedule_rebuild()
@@ -186,6 +202,7 @@ class MinimapWidget(QWidget):
             p.drawRects(rects)
         p.end()
         self._pixmap, self._bounds, self._scale, self._offset = pm, b.bounds, s, b.offset
+        self._dots = np.fromiter(b.dots, dtype=float, count=len(b.dots)).reshape(-1, 2)
         self._on_view_changed()
 
     def _map(self, pt: QPointF) -> QPointF:
@@ -224,8 +241,11 @@ class MinimapWidget(QWidget):
             self.update()
 
 
+OPTIONAL_KEYS = ("error", "group")  # legend keys that step aside when they count nothing and room is short
+
+
 class LegendWidget(QFrame):
-    """Colour key of the canvas: NPU, CPU fallback, not placed, problem, fused group."""
+    """Colour key of the canvas: NPU, CPU fallback, not placed, optimized away, problem, fused group."""
 
     def __init__(self, parent: QWidget) -> None:
         super().__init__(parent)
@@ -241,7 +261,7 @@ class LegendWidget(QFrame):
         self.source = QLabel("")  # whose placement the colours show: the compile's or the edited graph's
         self.source.setStyleSheet("font-weight: 600;")
         lay.addWidget(self.source)
-        entries = [(k, style.PLACEMENT_COLORS[k][0], style.PLACEMENT_LABELS[k]) for k in ("npu", "cpu", "unplaced")]
+        entries = [(k, style.PLACEMENT_COLORS[k][0], style.PLACEMENT_LABELS[k]) for k in ("npu", "cpu", "unplaced", "removed")]
         entries += [("error", style.ERROR, "problem"), ("group", style.GROUP_FRAME, "fused group")]
         for key, color, text in entries:
             swatch = QLabel()
@@ -252,6 +272,7 @@ class LegendWidget(QFrame):
             self.swatches[key] = swatch
             lay.addWidget(swatch)
             lay.addWidget(label)
+        self._set_entry_visible("removed", False)
         self.adjustSize()
 
     def set_source(self, text: str) -> None:
@@ -263,10 +284,10 @@ class LegendWidget(QFrame):
     def fit_width(self, width: int) -> None:
         """Wider than ``width`` (a narrow canvas): the keys with nothing to count step aside
         ("problem", "fused group" with no node), so the legend is never cut at the canvas edge."""
-        for key in ("error", "group"):
+        for key in OPTIONAL_KEYS:
             self._set_entry_visible(key, True)
         self.adjustSize()
-        for key in ("group", "error"):
+        for key in OPTIONAL_KEYS[::-1]:
             if self.sizeHint().width() <= width:
                 break
             if not self._counts.get(key):
@@ -284,6 +305,7 @@ class LegendWidget(QFrame):
             base = {"error": "problem", "group": "fused group"}.get(key, style.PLACEMENT_LABELS.get(key, key))
             n = counts.get(key)
             label.setText(f"{base} {n}" if n else base)
+        self._set_entry_visible("removed", bool(counts.get("removed")))  # only when the optimizer removed some
         cpu = self.labels["cpu"]
         cpu.setToolTip(f"CPU fallback: {fallback.phrase()} of the graph run on the CPU" if fallback else "")
         self._refit()

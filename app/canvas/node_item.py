@@ -370,7 +370,7 @@ class NodeItem(_PortedItem):
         if lod < 0.5:
             painter.drawText(rect.adjusted(10, 0, -4, 0), Qt.AlignmentFlag.AlignCenter, op)
             return
-        room = self.width - 22 - (_badge_width(status, device) if device != "unplaced" else 0)
+        room = self.width - 22 - (_badge_width(status, device) if device not in style.UNBADGED else 0)
         fm = fonts().fm_op
         if fm.horizontalAdvance(op) > room:
             painter.setFont(fonts().op_narrow)
@@ -397,7 +397,7 @@ class NodeItem(_PortedItem):
             painter.drawText(QRectF(self.width - 10, -6, 16, 16), Qt.AlignmentFlag.AlignCenter, "!")
 
     def _paint_badge(self, painter: QPainter, device: str, status) -> None:
-        if device == "unplaced":
+        if device in style.UNBADGED:
             return
         strong, _ = style.PLACEMENT_COLORS[device]
         text = device.upper() + (" ⚲" if status is not None and status.pinned else "")
@@ -415,7 +415,8 @@ class NodeItem(_PortedItem):
         lines = [f"<b>{node.op_type}</b> {node.name}"]
         status = self._status()
         if status is not None:
-            label = {"npu": "runs on the NPU", "cpu": "falls back to the CPU", "unplaced": "not placed yet"}
+            label = {"npu": "runs on the NPU", "cpu": "falls back to the CPU", "unplaced": "not placed yet",
+                     "removed": "optimized away: it does not run"}
             lines.append(label.get(status.device, status.device) + (" (pinned)" if status.pinned else ""))
             if status.reason:
                 lines.append(f"<i>{status.reason}</i>")

@@ -52,7 +52,16 @@ class OverviewItem(QGraphicsItem):
                 errors.append(r)
         for it in (*sc.input_items.values(), *sc.output_items.values()):
             rects["unplaced"].append(QRectF(it.pos().x(), it.pos().y(), it.width, it.height))
-        lines: list[QLineF] = []
+        pop = sc.pending_layout
+        if pop is not None:  # items still to make are drawn where the layout puts them
+            nodes = {id(n): n for n in sc.graph.nodes}
+            for key, r in pop.pending_boxes():
+                node = nodes.get(key)
+                st = sc.status_of(node) if node is not None else None
+                rects.setdefault(st.device if st is not None else "unplaced", []).append(r)
+                if st is not None and st.errors:
+                    errors.append(r)
+        lines: list[QLineF] = pop.pending_lines() if pop is not None else []
         for e in sc.edges.values():
             a = e.source.port_scene_pos(False, e.out_index)  # type: ignore[attr-defined]
             pts = [a, *(a.__class__(x, y) for x, y in e.route), e.target.port_scene_pos(True, e.in_index)]  # type: ignore[attr-defined]

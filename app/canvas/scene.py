@@ -28,6 +28,7 @@ from app.canvas.group_item import GroupItem, provenance_of
 from app.canvas.layout import LayoutResult
 from app.canvas.node_item import IOItem, NodeItem, _PortedItem
 from app.canvas.overview_item import OverviewItem
+from app.canvas.populate import Populator
 from app.canvas.port_item import PORT_HIT, PortItem
 from app.canvas.snapshot import GraphSnapshot
 from app.placement import NodeStatus
@@ -55,9 +56,16 @@ _UNPLACED = NodeStatus()
 
 PORT_SNAP = 12.0  # scene units around the drop point searched for an input port
 
+def _source_key(v: Value) -> Any:
+    """The layout key of the item that draws the producer of ``v`` (its node or graph input)."""
+    p = v.producer()
+    return id(p) if p is not None else ("in", v.name)
+
+
 class GraphScene(QGraphicsScene):
     """Items of one graph; see the module docstring."""
 
+    view_ready = Signal()  # the items the views show exist (the rest are still being made)
     populated = Signal()
     populate_progress = Signal(float, str)
     message = Signal(str)
@@ -87,6 +95,8 @@ class GraphScene(QGraphicsScene):
         self._drag: tuple[PortItem, QGraphicsPathItem] | None = None
         self._press_pos: dict[Any, QPointF] = {}
         self._populating: Iterator[None] | None = None
+        self._populator: Populator | None = None  # the layout's items still to make
+        self._view_ready_sent = False
         self._stale_items: dict[int, _PortedItem] = {}
         self._kept_selection: list[Any] = []  # selected keys while the overview is shown
         self._bounds: QRectF | None = None  # of the node and IO items (graph_bounds)
@@ -100,6 +110,7 @@ class GraphScene(QGraphicsScene):
         """Stop observing the graph (before the scene is dropped)."""
         self._unsubscribe()
         self._populating = None
+        self._populator = None
 
     # -- status ----------------------------------------------------------------------------
     def status_of(self, node: Node) -> NodeStatus:
@@ -122,8 +133,17 @@ class GraphScene(QGraphicsScene):
 
     # -- building ----------------------------------------------------------------------------
     def populate(self, snapshot: GraphSnapshot, result: LayoutResult, chunked: bool = True) -> None:
-        """Create every item at its laid-out position; in time slices unless ``chunked`` is False."""
-        self._populating = self._guarded(self._populate_steps(snapshot, result))
+        """Create every item at its laid-out position; in time slices unless ``chunked`` is False.
+
+        Sliced, the items the views show come first (app/canvas/populate.py): ``view_ready``
+        fires once they exist, ``populated`` once every item does."""
+        pop = Populator(snapshot, result)
+        self._populator = pop
+        self._view_ready_sent = False
+        # The scene rectangle first: changing it later rebuilds the item index over every item.
+        self.setSceneRect(QRectF(0, 0, result.width, result.height).adjusted(-400, -300, 400, 300))
+        self._bounds = QRectF(0.0, 0.0, result.width, result.height)  # where the layout puts them
+        self._populating = self._guarded(self._populate_steps(pop))
         if not chunked:
             for _ in self._populating:
                 pass
@@ -132,9 +152,11 @@ class GraphScene(QGraphicsScene):
         QTimer.singleShot(0, self._populate_slice)
 
     def _populate_slice(self) -> None:
-        steps = self._populating
+        steps, pop = self._populating, self._populator
         if steps is None:
             return
+        if pop is not None and not self.overview_mode:  # zoomed far out the overview shows it all
+            pop.look_at([v.mapToScene(v.viewport().rect()).boundingRect() for v in self.views()])
         end = time.perf_counter() + SLICE_SECONDS
         try:
             while time.perf_counter() < end:
@@ -142,45 +164,71 @@ class GraphScene(QGraphicsScene):
         except StopIteration:
             self._populating = None
             return
+        finally:
+            self._announce_view_ready()
         QTimer.singleShot(0, self._populate_slice)
 
-    def _populate_steps(self, snapshot: GraphSnapshot, result: LayoutResult) -> Iterator[None]:
-        # The scene rectangle first: changing it later rebuilds the item index over every item.
-        self.setSceneRect(QRectF(0, 0, result.width, result.height).adjusted(-400, -300, 400, 300))
+    def _announce_view_ready(self) -> None:
+        pop = self._populator
+        if not self._view_ready_sent and (pop is None or not pop.in_view_pending()):
+            self._view_ready_sent = True
+            self.view_ready.emit()
+
+    def _populate_steps(self, pop: Populator) -> Iterator[None]:
+        snapshot = pop.snapshot
         nodes = {id(n): n for n in self.graph.nodes}
-        total = len(snapshot.keys)
-        for i, key in enumerate(snapshot.keys):
-            x, y = result.positions[i]
-            dx, dy = snapshot.offsets.get(key, (0.0, 0.0))
+        inputs = {v.name: v for v in self.graph.inputs}
+        keys, positions, offsets = snapshot.keys, pop.result.positions, snapshot.offsets
+        routes = {(keys[u], keys[v]): pts for (u, v), pts in pop.result.routes.items()}
+        total, made = max(len(keys), 1), 0
+        while (i := pop.next_index()) is not None:
+            key = keys[i]
+            x, y = positions[i]
+            dx, dy = offsets.get(key, (0.0, 0.0))
             pos = QPointF(x + dx, y + dy)
             if isinstance(key, tuple):
                 if key[0] == "in":
-                    v = next((v for v in self.graph.inputs if v.name == key[1]), None)
-                    if v is not None:
+                    v = inputs.get(key[1])
+                    if v is not None and key[1] not in self.input_items:
                         self._add_io_item(True, key[1], v, pos)
-                elif key[1] < len(self.graph.outputs):
+                elif key[1] < len(self.graph.outputs) and key[1] not in self.output_items:
                     self._add_io_item(False, key[1], self.graph.outputs[key[1]], pos)
-            elif key in nodes:
-                self._add_node_item(nodes[key], pos)
-            if i % 20 == 0:
-                if i % 200 == 0:
-                    self.populate_progress.emit(0.5 * i / max(total, 1), "drawing nodes")
-                yield
-        routes = {(snapshot.keys[u], snapshot.keys[v]): pts for (u, v), pts in result.routes.items()}
-        paths = snapshot.paths or {}
-        for k, item in enumerate(list(self.node_items.values())):
-            for idx in range(len(item.node.inputs)):
-                self._set_edge(item, idx, routes, paths)
-            if k % 20 == 0:
-                if k % 200 == 0:
-                    self.populate_progress.emit(0.5 + 0.5 * k / max(len(self.node_items), 1), "drawing edges")
-                yield
-        for k in self.output_items:
-            self._set_output_edge(k, routes, paths)
-        self._bounds = QRectF(0.0, 0.0, result.width, result.height)  # where the layout put them
-        yield  # what listens to "populated" (framing, analysis, panels) gets a slice of its own
+            else:
+                node = nodes.get(key)
+                if node is not None and node.graph is self.graph and key not in self.node_items:
+                    self._add_node_item(node, pos)
+            for j in pop.made(i):
+                self._populate_edge(pop, j, routes)
+            made += 1
+            if made % 200 == 0:
+                self.populate_progress.emit(made / total, "drawing nodes")
+            yield
+        self._populator = None
+        self._bounds = QRectF(0.0, 0.0, pop.result.width, pop.result.height)
+        self.overview.invalidate()
+        yield  # what listens to "populated" (analysis, panels) gets a slice of its own
         self.populate_progress.emit(1.0, "done")
         self.populated.emit()
+
+    def _populate_edge(self, pop: Populator, j: int, routes: dict) -> None:
+        """Make edge ``j`` of the layout, its curve as laid out when its source is the one the
+        layout drew it from (the graph may have changed meanwhile)."""
+        slot = pop.snapshot.slots[j]
+        src_key = pop.snapshot.keys[pop.snapshot.data.edges[j][0]]
+        if isinstance(slot[0], tuple):
+            k = slot[0][1]
+            item = self.output_items.get(k)
+            v = self.graph.outputs[k] if item is not None and k < len(self.graph.outputs) else None
+        else:
+            item = self.node_items.get(slot[0])
+            v = item.node.input(slot[1]) if item is not None else None
+        if v is None:
+            return
+        paths = {slot: pop.path(j)} if _source_key(v) == src_key else None
+        if isinstance(slot[0], tuple):
+            self._set_output_edge(slot[0][1], routes, paths)
+        else:
+            self._set_edge(item, slot[1], routes, paths)  # type: ignore[arg-type]
 
     @staticmethod
     def _guarded(steps: Iterator[None]) -> Iterator[None]:
@@ -196,6 +244,10 @@ class GraphScene(QGraphicsScene):
 
     def apply_layout(self, snapshot: GraphSnapshot, result: LayoutResult) -> None:
         """Move existing items to a new layout (after "Lay out again" or expanding a group)."""
+        if self._populating is not None:  # the old layout's items first, then they all move
+            for _ in self._populating:
+                pass
+            self._populating = None
         routes = {(snapshot.keys[u], snapshot.keys[v]): pts for (u, v), pts in result.routes.items()}
         for i, key in enumerate(snapshot.keys):
             item = self.item_for_key(key)
@@ -255,7 +307,8 @@ class GraphScene(QGraphicsScene):
         item.setPos(pos)
         self._add_graph_item(item)
         self.node_items[id(node)] = item
-        self._bounds = None
+        if self._populator is None:  # while populating the layout's extent holds
+            self._bounds = None
         prov = provenance_of(node)
         if prov:
             originals = [(self._original_op(name), name) for name in prov]
@@ -277,7 +330,8 @@ class GraphScene(QGraphicsScene):
         item.setPos(pos)
         self._add_graph_item(item)
         (self.input_items if is_input else self.output_items)[key] = item  # type: ignore[index]
-        self._bounds = None
+        if self._populator is None:
+            self._bounds = None
         return item
 
     # -- edges -------------------------------------------------------------------------------
@@ -545,7 +599,7 @@ class GraphScene(QGraphicsScene):
     # -- level of detail ---------------------------------------------------------------------
     def set_view_scale(self, scale: float) -> None:
         """Switch between items and the overview drawing for the view's zoom."""
-        want = len(self.node_items) >= OVERVIEW_MIN_ITEMS and scale < OVERVIEW_SCALE
+        want = self.node_count() >= OVERVIEW_MIN_ITEMS and scale < OVERVIEW_SCALE
         if want == self.overview_mode:
             return
         self.overview_mode = want
@@ -570,6 +624,16 @@ class GraphScene(QGraphicsScene):
             self.blockSignals(blocked)
         if not want:
             self.selectionChanged.emit()
+
+    @property
+    def pending_layout(self) -> Populator | None:
+        """While populating: the layout and which of its items are still to make."""
+        return self._populator
+
+    def node_count(self) -> int:
+        """Nodes drawn: their items, and while populating those still to make."""
+        pop = self._populator
+        return len(self.node_items) + (pop.left if pop is not None else 0)
 
     # -- groups ------------------------------------------------------------------------------
     def on_group_toggled(self, group: GroupItem) -> None:

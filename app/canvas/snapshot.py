@@ -25,9 +25,6 @@ class GraphSnapshot:
     offsets: dict[Any, tuple[float, float]]
     # Per edge of ``data.edges``: the input slot it feeds, (id(node), index) or (("out", k), 0).
     slots: list[tuple[Any, int]] = field(default_factory=list)
-    # Filled by the layout worker: slot -> (curve, bounding rectangle) of each edge, so the GUI
-    # thread does not compute thousands of curves while it creates the items.
-    paths: dict[tuple[Any, int], Any] | None = None
 
 
 def node_box(node: Any, expanded: bool) -> tuple[float, float, float, float]:

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from app import placement, quality, style
+from app.analysis import settings_changed_between
 from app.panels.chart_base import (
     CPU,
     NPU,
@@ -238,7 +239,10 @@ class ChartsPanel(QDockWidget):
             head += f" · vela: {vela.total_cycles:,} cycles ({fmt_us(vela.latency_us)}), {vela.cpu_ops} CPU ops"
         if before is not None:
             d = sim.latency_us - before.sim.latency_us
-            head += (f"<br><span style='color:#2563eb'>after the pin: {fmt_us(before.sim.latency_us)} → "
+            also = settings_changed_between(before, result)
+            what = ("after the pin" if not also else
+                    f"after the pin and a change of {' and '.join(also)} (both changed: not the pin's effect alone)")
+            head += (f"<br><span style='color:#2563eb'>{what}: {fmt_us(before.sim.latency_us)} → "
                      f"{fmt_us(sim.latency_us)} ({'+' if d >= 0 else '−'}{fmt_us(abs(d))}); dashed outlines "
                      "show each op before</span>")
         self.latency.set_title(head)

@@ -185,7 +185,8 @@ class InspectorPanel(QDockWidget):
         form.addRow("Name", _wrapping_label(node.name))
         status = self.doc.statuses.get(node.name)
         if status is not None:
-            where = {"npu": "NPU", "cpu": "CPU fallback", "unplaced": "not placed"}.get(status.device, status.device)
+            where = {"npu": "NPU", "cpu": "CPU fallback", "unplaced": "not placed",
+                     "removed": "nowhere (optimized away)"}.get(status.device, status.device)
             label = QLabel(where + (f" — {status.reason}" if status.reason else ""))
             label.setWordWrap(True)
             form.addRow("Runs on", label)

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
 from app import style
 from app.analysis_jobs import precision_job
 from app.panels.chart_base import NPU, SELECTION, fmt_us, make_plot, short_name
-from app.workers import Task
+from app.worker_process import ProcessTask
 
 
 class RaisePrecisionCommand(QUndoCommand):
@@ -51,7 +51,7 @@ class PrecisionPanel(QDockWidget):
         self.controller: Any = None
         self.result: Any = None
         self.found: Any = None  # PrecisionCandidates
-        self._task: Task | None = None
+        self._task: ProcessTask | None = None
         body = QWidget()
         lay = QVBoxLayout(body)
         lay.setContentsMargins(6, 6, 6, 6)
@@ -98,7 +98,7 @@ class PrecisionPanel(QDockWidget):
         """The last candidates found (mixed.Candidate: node, precision, gain_db, latency_cost_us)."""
         return list(self.found.candidates) if self.found is not None else []
 
-    def find_candidates(self) -> Task | None:
+    def find_candidates(self) -> ProcessTask | None:
         """Measure the candidates in a worker."""
         ctl = self.controller
         res = ctl.current if ctl is not None else None
@@ -108,7 +108,7 @@ class PrecisionPanel(QDockWidget):
             self._task.cancel()
         self.title.setText("measuring each candidate…")
         self.find_button.setEnabled(False)
-        task = Task(precision_job, res, ctl.cache, self.top_k.value(), name="precision candidates")
+        task = ProcessTask(precision_job, res, ctl.cache, self.top_k.value(), name="precision candidates")
         task.signals.finished.connect(self._on_found)
         task.signals.failed.connect(self._on_failed)
         task.signals.progress.connect(lambda f, t: self.title.setText(f"{t} ({100 * f:.0f}%)"))

@@ -40,7 +40,7 @@ from app.panels.chart_base import (
     make_plot,
     short_name,
 )
-from app.workers import Task
+from app.worker_process import ProcessTask
 from engine.quant.observers import METHODS
 
 _THRESHOLD_PENS = {"minmax": Qt.PenStyle.SolidLine, "percentile": Qt.PenStyle.DashLine,
@@ -78,7 +78,7 @@ class QuantInspectorPanel(QDockWidget):
         self._view_timer.setSingleShot(True)
         self._view_timer.setInterval(VIEW_DELAY_MS)
         self._view_timer.timeout.connect(self._start_view)
-        self._task: Task | None = None
+        self._task: ProcessTask | None = None
         self.last_preview: Any = None
         self._applied_at: tuple | None = None  # (undo stack, its index) after Apply pin
         body = QWidget()
@@ -341,7 +341,7 @@ class QuantInspectorPanel(QDockWidget):
         if ctl is None or res is None or res is not ctl.current or tensor is None or self.op is None:
             return
         role = self.tensor_box.currentData(Qt.ItemDataRole.UserRole + 1) or ""
-        task = Task(tensor_view_job, res, self.op, tensor, role, ctl.cache, name="tensor values")
+        task = ProcessTask(tensor_view_job, res, self.op, tensor, role, ctl.cache, name="tensor values")
         task.signals.finished.connect(self._on_view_ready)
         task.signals.failed.connect(self.hist_note.setText)
         self._task = task.start()

@@ -34,7 +34,7 @@ from PySide6.QtWidgets import (
 from app import style
 from app.analysis_jobs import sweep_job
 from app.panels.chart_base import NPU, SELECTION, fmt_us, make_plot
-from app.workers import Task
+from app.worker_process import ProcessTask
 from engine.errors import InputError
 from engine.hw.target import HardwareTarget, load_target
 
@@ -157,7 +157,7 @@ class TargetPanel(QDockWidget):
         self.sweep: list[tuple[float, float, float]] = []
         self._sweep_key = ""
         self._sweep_dirty = False  # a new result came while the panel was hidden
-        self._task: Task | None = None
+        self._task: ProcessTask | None = None
         self._sweep_timer = QTimer(self)
         self._sweep_timer.setSingleShot(True)
         self._sweep_timer.setInterval(SWEEP_DELAY_MS)
@@ -321,7 +321,7 @@ class TargetPanel(QDockWidget):
         targets = [(v, apply_knobs(self.base, {**self.values, knob.key: v})) for v in knob.choices(self.base)]
         if self._task is not None:
             self._task.cancel()
-        task = Task(sweep_job, ctl.current, targets, name="sweep")
+        task = ProcessTask(sweep_job, ctl.current, targets, name="sweep")
         task.signals.finished.connect(self._on_sweep_done)
         self._sweep_key = knob.key
         self._task = task.start()

@@ -122,32 +122,80 @@ def _visible_output(qm: QuantizedModel, name: str, names: set[str] | None = None
     return dq if dq in (names if names is not None else qm.graph.values) else name
 
 
-def isolated_args(qm: QuantizedModel, node: Node, env: Mapping[str, np.ndarray]) -> list[np.ndarray | None]:
+class IsolatedInputs:
+    """Quantized inputs shared between the isolated runs of one analysis: a node's constants
+    (weights, biases) are quantized once for every sample, and an activation read by several
+    nodes with the same quantization parameters once per sample (``next_sample`` drops those)."""
+
+    def __init__(self) -> None:
+        self._consts: dict[tuple[str, int], np.ndarray] = {}
+        self._acts: dict[tuple[str, int], np.ndarray] = {}
+
+    def next_sample(self) -> None:
+        """The activations of the previous sample are not read again."""
+        self._acts.clear()
+
+    def const(self, node: Node, i: int, make: Callable[[], np.ndarray]) -> np.ndarray:
+        """Input ``i`` (a constant) of ``node`` as ``make`` quantizes it, made once."""
+        key = (node.name, i)
+        x = self._consts.get(key)
+        if x is None:
+            x = self._consts[key] = make()
+        return x
+
+    def act(self, name: str, how: object, make: Callable[[], np.ndarray]) -> np.ndarray:
+        """Activation ``name`` quantized ``how`` (its parameters or precision), made once a sample."""
+        key = (name, id(how))
+        x = self._acts.get(key)
+        if x is None:
+            x = self._acts[key] = make()
+        return x
+
+
+def isolated_args(qm: QuantizedModel, node: Node, env: Mapping[str, np.ndarray],
+                  shared: IsolatedInputs | None = None) -> list[np.ndarray | None]:
     """The inputs of one node of the FP32 graph (values from ``env``) with only that node's own
-    quantization applied: its activations, weight and bias quantized as the QDQ model does."""
+    quantization applied: its activations, weight and bias quantized as the QDQ model does.
+    With ``shared`` the quantized constants and activations are reused (see IsolatedInputs)."""
     node_name = node.name
     precision = qm.node_precision.get(node_name, "fp32")
     params = qm.node_params.get(node_name, {})
     q = quant_spec(node)
     w_in, b_in = (q.weight_input, q.bias_input) if q is not None else (None, None)
-    args = []
+    args: list[np.ndarray | None] = []
     for i, v in enumerate(node.inputs):
         if v is None:
             args.append(None)
             continue
         x = v.const if v.const is not None else env[v.name]
-        if precision in FLOAT_PRECISIONS:
-            if v.const is None or i == w_in:
-                x = round_to_precision(x, precision)
-        elif v.name in params:
-            x = fake_quantize(x, params[v.name])
-        elif i == w_in and v.name in qm.weights:
-            x = fake_quantize(x, qm.weights[v.name])
-        elif i == b_in and v.name in qm.biases:
-            bqp = qm.biases[v.name]
-            x = dequantize_array(quantize_array(x, bqp), bqp)
-        args.append(x)
+        make = _input_quantizer(qm, precision, params, v, i, w_in, b_in, x)
+        if make is None:
+            args.append(x)
+        elif shared is None:
+            args.append(make())
+        elif v.const is not None:
+            args.append(shared.const(node, i, make))
+        else:
+            how = params.get(v.name) if precision not in FLOAT_PRECISIONS else precision
+            args.append(shared.act(v.name, how, make))
     return args
+
+
+def _input_quantizer(qm: QuantizedModel, precision: str, params: Mapping, v, i: int, w_in: int | None,
+                     b_in: int | None, x: np.ndarray) -> Callable[[], np.ndarray] | None:
+    """How input ``i`` (value ``v``, array ``x``) of a node is quantized in isolation, or None."""
+    if precision in FLOAT_PRECISIONS:
+        if v.const is None or i == w_in:
+            return lambda: round_to_precision(x, precision)
+        return None
+    if v.name in params:
+        return lambda: fake_quantize(x, params[v.name])
+    if i == w_in and v.name in qm.weights:
+        return lambda: fake_quantize(x, qm.weights[v.name])
+    if i == b_in and v.name in qm.biases:
+        bqp = qm.biases[v.name]
+        return lambda: dequantize_array(quantize_array(x, bqp), bqp)
+    return None
 
 
 def run_node(graph: Graph, node: Node, args: Sequence[np.ndarray | None], activation: bool = True) -> np.ndarray:
@@ -163,10 +211,11 @@ def run_node(graph: Graph, node: Node, args: Sequence[np.ndarray | None], activa
     return run_activation(node, out, graph.opset("")) if node.activation and activation else out
 
 
-def _isolated_output(qm: QuantizedModel, fp_graph: Graph, node: Node, env: Mapping[str, np.ndarray]) -> np.ndarray:
+def _isolated_output(qm: QuantizedModel, fp_graph: Graph, node: Node, env: Mapping[str, np.ndarray],
+                     shared: IsolatedInputs | None = None) -> np.ndarray:
     """Run one node of the FP32 graph with only its own quantization applied."""
     precision = qm.node_precision.get(node.name, "fp32")
-    out = run_node(fp_graph, node, isolated_args(qm, node, env))
+    out = run_node(fp_graph, node, isolated_args(qm, node, env, shared))
     name = node.outputs[0].name  # type: ignore[union-attr]
     if name in qm.activations and precision not in FLOAT_PRECISIONS:
         out = fake_quantize(out, qm.activations[name])
@@ -211,7 +260,9 @@ def analyze(fp_graph: Graph, qm: QuantizedModel, data: CalibrationSet | Iterable
                 seen[watch[v.name]].append(arr)
 
     body_hooks = bool(in_body) and not outputs_only
+    shared = IsolatedInputs()  # not in bodies: a body's values change name-for-name per iteration
     for k, feeds in enumerate(samples):
+        shared.next_sample()
         feeds = check_feeds(fp_graph, feeds)
         ref = fp_ex.run(feeds, keep_all=not outputs_only, hook=fp_hook if body_hooks else None, hook_bodies=True)
         got = q_ex.run(check_feeds(qm.graph, feeds), keep_all=not outputs_only,
@@ -227,7 +278,7 @@ def analyze(fp_graph: Graph, qm: QuantizedModel, data: CalibrationSet | Iterable
             node = by_name[le.node]
             name = node.outputs[0].name  # type: ignore[union-attr]
             le.accumulated.update(ref[name], got[_visible_output(qm, name)])
-            le.isolated.update(ref[name], _isolated_output(qm, fp_graph, node, ref))
+            le.isolated.update(ref[name], _isolated_output(qm, fp_graph, node, ref, shared))
         for name, st in outputs.items():
             st.update(ref[name], got[name])
         if progress is not None:

@@ -14,7 +14,7 @@ quantized once, outside, for every reader), weights and biases beside the op tha
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from onnx import TensorProto
@@ -31,7 +31,7 @@ from engine.quant.calibrate import (
     quantizable_nodes,
 )
 from engine.quant.config import QuantConfig, quant_spec
-from engine.quant.observers import HistogramObserver
+from engine.quant.observers import HistogramObserver, Observer
 from engine.quant.params import (
     FLOAT_PRECISIONS,
     QuantParams,
@@ -143,6 +143,38 @@ def converted_to_opset(graph: Graph, version: int) -> tuple[Graph, list[Diagnost
     infer_shapes(g)
     g = refuse_activations(graph, g)
     return g, [Diagnostic(INFO, None, "opset-raised", f"opset raised from {old} to {version} for QDQ")]
+
+
+# Ops that move values without changing them: a tensor on either side has the same value set.
+_VALUE_PRESERVING = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose"})
+
+
+def with_layout_aliases(g: Graph, calib: Calibration) -> Calibration:
+    """``calib`` with statistics for tensors the opset raise created around a value-preserving op.
+
+    onnx's version converter rewrites an opset < 13 Softmax/LogSoftmax/Hardmax on a 4-D tensor
+    as Flatten -> Softmax -> Reshape with a new ``<output>_intermediate`` value that calibration
+    (run on the graph before the raise) never saw. Such a value holds exactly the values of the
+    calibrated tensor on the other side of the Reshape/Flatten/..., so it shares its observer.
+    """
+    stats = calib.stats
+    added: dict[str, Observer] = {}
+    changed = True
+    while changed:
+        changed = False
+        for node in g.nodes:
+            if node.op_type not in _VALUE_PRESERVING or not node.inputs or node.inputs[0] is None \
+                    or not node.outputs or node.outputs[0] is None:
+                continue
+            a, b = node.inputs[0].name, node.outputs[0].name
+            known = lambda n: n in stats or n in added  # noqa: E731
+            if known(a) and not known(b):
+                added[b] = added.get(a) or stats[a]
+                changed = True
+            elif known(b) and not known(a) and node.inputs[0].const is None:
+                added[a] = added.get(b) or stats[b]
+                changed = True
+    return replace(calib, stats={**stats, **added}) if added else calib
 
 
 def refuse_activations(src: Graph, g: Graph) -> Graph:
@@ -343,6 +375,7 @@ def build_qdq(graph: Graph, calib: Calibration, config: QuantConfig) -> Quantize
     """The QDQ model of ``graph`` (the input graph is not modified)."""
     needs_int16 = config.dtype == "int16" or "int16" in config.precision.values()
     g, diags = converted_to_opset(clone_graph(graph), 21 if needs_int16 else 13)
+    calib = with_layout_aliases(g, calib)
     res = QuantizedModel(g, diagnostics=list(diags))
     b = _Builder(g, calib, config, res)
     if config.tflite:

@@ -112,7 +112,9 @@ def const_operand_params(array: np.ndarray) -> QuantParams:
 def sqrt_divisions_to_rsqrt(graph: Graph) -> int:
     """Rewrite Div(x, Sqrt(v)) as Mul(x, Pow(v, -0.5)) in place (a decomposed LayerNorm's
     normalization; TFLite has an int8 RSQRT that vela runs, no int8 SQRT or DIV); returns how
-    many were rewritten."""
+    many were rewritten. The Pow stands for the Sqrt and the Mul for the Div (provenance), so
+    the editor maps each original node onto the op it became."""
+    from engine.passes.rewrite import merge_provenance
     count = 0
     for node in list(graph.toposort()):
         if node.op_type != "Div" or node.domain or len(node.inputs) != 2 or node.outputs[0] is None:
@@ -126,9 +128,11 @@ def sqrt_divisions_to_rsqrt(graph: Graph) -> int:
         pw = graph.make_node("Pow", [v, half], name=graph.unique_name(f"{sq.name}_as_rsqrt"),
                              output_names=[f"{sq.outputs[0].name}_rsqrt"])
         pw.outputs[0].type = sq.outputs[0].type
+        pw.meta["provenance"] = merge_provenance([sq])
         mul = graph.make_node("Mul", [node.inputs[0], pw.outputs[0]], name=graph.unique_name(f"{node.name}_as_Mul"),
                               output_names=[f"{node.outputs[0].name}_mul"])
         mul.outputs[0].type = node.outputs[0].type
+        mul.meta["provenance"] = merge_provenance([node])
         node.outputs[0].replace_all_uses_with(mul.outputs[0])
         graph.remove_node(node)
         graph.remove_node(sq)

@@ -93,6 +93,37 @@ def test_clicking_a_timeline_block_selects_its_node_on_the_canvas(mobilenet):
     assert op in _selected_names(win)
 
 
+def _click_compiler_made_bar(win, dock, op: str) -> None:
+    on_canvas = {n.name for n in win.scene.graph.nodes}
+    assert op not in on_canvas  # the compiler made it: no node of the canvas has its name
+    chart = dock.charts.latency
+    win.scene.clearSelection()
+    _click(chart.plot.viewport(), chart.bar_point(op))
+    assert dock.controller.selected == [op]
+    assert chart.selected == {op}
+
+
+def test_clicking_the_latency_bar_of_a_lowered_op_selects_the_node_it_came_from(mobilenet):
+    """lower_div made /Div_as_Mul from /Div (a Div by a constant, ethos-u55)."""
+    win, dock = mobilenet
+    _click_compiler_made_bar(win, dock, "/Div_as_Mul")
+    assert _selected_names(win) == {"/Div"}
+
+
+def test_clicking_the_latency_bar_of_a_layernorm_rsqrt_selects_the_nodes_it_came_from(transformer):
+    """A TFLite target writes a decomposed LayerNorm's Div(x, Sqrt(v)) as Mul(x, Pow(v, -0.5)):
+    clicking the bar of that Mul or Pow selected nothing on the canvas (no provenance)."""
+    win, dock = transformer
+    wait_for(lambda: charts_current(dock), 90, "the compile")
+    _click_compiler_made_bar(win, dock, "/layers.0/norm1/Div_as_Mul")
+    assert _selected_names(win) == {"/layers.0/norm1/Div"}
+    _click_compiler_made_bar(win, dock, "/layers.0/norm1/Sqrt_as_rsqrt")
+    assert _selected_names(win) == {"/layers.0/norm1/Sqrt"}
+    # and the canvas shows those nodes where their ops run, not as removed
+    assert win.doc.statuses["/layers.0/norm1/Sqrt"].device == dock.controller.current.op(
+        "/layers.0/norm1/Sqrt_as_rsqrt").device
+
+
 def test_selecting_fused_nodes_on_the_canvas_outlines_their_op_in_the_charts(mobilenet):
     win, dock = mobilenet
     res = dock.controller.current

@@ -9,8 +9,14 @@ Netron's published behaviour on graphs of this size, for comparison (its issue t
   such open, by design, because users take the long layout for a hang; PR #1355 cut the time
   until the cancel message appears on the #1212 model from about 80 s to about 5 s.
 
+"First view shown" is the window's canvas_shown: the model read and laid out (in a worker) and
+the items the canvas shows made (the rest are made in time slices afterwards, app/canvas/
+populate.py); "every item" is document_shown; "placed" is when the opening analysis's colours
+are on the canvas. The stalls are the stall meter of the GUI tests (tests/app/analysis_support):
+the longest gap of a 5 ms timer, wall clock and the GUI thread's CPU time inside it.
+
 Run: ``QT_QPA_PLATFORM=offscreen python -m tests.bench.bench_gui_scale [N ...]``
-Targets (issue 7): 10,000 nodes < 3 s, 50,000 nodes < 15 s with a progress indication.
+Targets (issue 19): first view of 10,000 nodes < 1 s, of 50,000 nodes < 5 s, no stall over 100 ms.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import onnx
 from onnx import TensorProto, helper
 
-TARGETS = {10_000: 3.0, 50_000: 15.0}
+TARGETS = {10_000: 1.0, 50_000: 5.0}
 
 
 def synthetic_model(n: int) -> onnx.ModelProto:
@@ -51,7 +57,7 @@ def synthetic_model(n: int) -> onnx.ModelProto:
 
 
 def measure(n: int, folder: Path) -> dict[str, float]:
-    from PySide6.QtCore import QSettings, QTimer
+    from PySide6.QtCore import QSettings
     from PySide6.QtGui import QImage, QPainter
     from PySide6.QtWidgets import QApplication
 
@@ -65,31 +71,43 @@ def measure(n: int, folder: Path) -> dict[str, float]:
     win.resize(1600, 1000)
     win.show()
     app.processEvents()
-    stalls = {"worst": 0.0, "last": 0.0}
+    from tests.app.analysis_support import StallMeter
+
     progress_updates = []
-
-    def tick() -> None:
-        now = time.perf_counter()
-        if stalls["last"]:
-            stalls["worst"] = max(stalls["worst"], now - stalls["last"])
-        stalls["last"] = now
-
-    timer = QTimer()
-    timer.setInterval(5)
-    timer.timeout.connect(tick)
+    first: list[float] = []
     shown: list[float] = []
+    # (a build without canvas_shown showed its first view with every item: document_shown)
+    getattr(win, "canvas_shown", win.document_shown).connect(lambda: first.append(time.perf_counter()))
     win.document_shown.connect(lambda: shown.append(time.perf_counter()))
+    meter = StallMeter()
+    meter.__enter__()
     t0 = time.perf_counter()
-    timer.start()
+    cpu0 = time.process_time()
     task = win.open_path(path)
     task.signals.progress.connect(lambda f, t: progress_updates.append(f))
-    while not shown:
+    while not first:
         app.processEvents()
         time.sleep(0.001)
         if time.perf_counter() - t0 > 120:
             raise RuntimeError("timed out")
-    timer.stop()
+    first_s, first_cpu = first[0] - t0, time.process_time() - cpu0
+    first_stall, first_stall_cpu = meter.worst, meter.worst_cpu
+    while not shown:
+        app.processEvents()
+        time.sleep(0.001)
+        if time.perf_counter() - t0 > 240:
+            raise RuntimeError("timed out")
     open_s = shown[0] - t0
+    # The opening analysis (placement) is requested once every item exists: "throughout"
+    # ends when its result is on the canvas.
+    doc = win.doc
+    end = time.perf_counter() + 60
+    while (doc._place_task is not None or doc._analysis_timer.isActive() or doc._delayed_analysis.isActive()) \
+            and time.perf_counter() < end:
+        app.processEvents()
+        time.sleep(0.001)
+    settled_s = time.perf_counter() - t0
+    meter.__exit__(None, None, None)
     img = QImage(1600, 1000, QImage.Format.Format_ARGB32)
 
     def frame() -> float:
@@ -127,7 +145,9 @@ def measure(n: int, folder: Path) -> dict[str, float]:
     win.doc.undo_stack.setClean()
     win.close()
     app.processEvents()
-    return {"nodes": len(win.doc.graph) if win.doc else n, "open_s": open_s, "stall_ms": stalls["worst"] * 1000,
+    return {"nodes": len(win.doc.graph) if win.doc else n, "first_s": first_s, "first_cpu_s": first_cpu,
+            "first_stall_ms": first_stall, "first_stall_cpu_ms": first_stall_cpu, "open_s": open_s,
+            "settled_s": settled_s, "stall_ms": meter.worst, "stall_cpu_ms": meter.worst_cpu,
             "overview_ms": overview * 1000, "detail_ms": detail * 1000, "analyze_ms": analyze_s * 1000,
             "analyze_gui_ms": analyze_gui_s * 1000, "analyze_sync_ms": analyze_sync_s * 1000,
             "progress_updates": len(progress_updates)}
@@ -137,16 +157,21 @@ def main(argv: list[str]) -> int:
     sizes = [int(a) for a in argv] or [10_000, 50_000]
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
-        sys.stdout.write("nodes   open+layout+shown  longest stall  frame zoomed out  frame 100%  "
-                         "re-analysis (GUI thread / done / all on the GUI thread)  progress updates  target\n")
+        sys.stdout.write(f"load average (1 min) at the start: {os.getloadavg()[0]:.1f}\n")
+        sys.stdout.write("nodes   first view shown (CPU)  worst stall until then (GUI CPU)  every item  placed"
+                         "  worst stall throughout (GUI CPU)  frame zoomed out  frame 100%  re-analysis (GUI thread / done"
+                         " / all on the GUI thread)  progress updates  target\n")
         for n in sizes:
             r = measure(n, Path(tmp))
             target = TARGETS.get(n)
-            verdict = "" if target is None else (f"< {target:.0f} s " + ("ok" if r["open_s"] < target else "MISSED"))
-            ok &= target is None or r["open_s"] < target
-            sys.stdout.write(f"{n:>6}  {r['open_s']:>15.2f} s  {r['stall_ms']:>10.0f} ms  {r['overview_ms']:>13.0f} ms"
+            verdict = "" if target is None else (f"< {target:g} s " + ("ok" if r["first_s"] < target else "MISSED"))
+            ok &= target is None or r["first_s"] < target
+            sys.stdout.write(f"{n:>6}  {r['first_s']:>8.2f} s ({r['first_cpu_s']:.2f} s)  "
+                             f"{r['first_stall_ms']:>10.0f} ms ({r['first_stall_cpu_ms']:.0f} ms)"
+                             f"  {r['open_s']:>9.2f} s  {r['settled_s']:>5.2f} s  {r['stall_ms']:>10.0f} ms "
+                             f"({r['stall_cpu_ms']:.0f} ms)  {r['overview_ms']:>13.0f} ms"
                              f"  {r['detail_ms']:>7.0f} ms  {r['analyze_gui_ms']:>12.0f} / {r['analyze_ms']:>5.0f} / "
-                             f"{r['analyze_sync_ms']:>5.0f} ms{'':>20}  {r['progress_updates']:>10}  {verdict}\n")
+                             f"{r['analyze_sync_ms']:>5.0f} ms  {r['progress_updates']:>10}  {verdict}\n")
             sys.stdout.flush()
     sys.stdout.write(
         "Netron on ~8,000 nodes (published): #1212 'app hangs without any hints', 'the graph layout would\n"

@@ -218,3 +218,26 @@ def test_raising_a_layer_on_a_tflite_target_keeps_the_activations_it_does_not_fu
     raised = compile_model(g, "ethos-u55", data, CompileOptions(analysis_samples=2, quant=quant))
     assert raised.quant.model.node_precision[hswish] == "int16"
     assert {le.node for le in raised.quant.analysis.layers} == {le.node for le in first.quant.analysis.layers}
+
+
+def test_opset9_softmax_on_4d_quantizes_like_squeezenet():
+    """light_squeezenet (opset 9) ends Conv -> GlobalAveragePool -> Softmax(axis=1) on a 4-D
+    tensor; raising it to opset 13 for QDQ rewrites the Softmax as Flatten -> Softmax -> Reshape
+    with a new value calibration never saw, and quantize failed with "not calibrated"."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((8, 3, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("GlobalAveragePool", ["c"], ["p"]),
+             helper.make_node("Softmax", ["p"], ["y"], axis=1)]
+    g = helper.make_graph(nodes, "sq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 1, 1])],
+                          [onnx.numpy_helper.from_array(w, "w")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)])
+    model.ir_version = 7
+    data = CalibrationSet.from_arrays("random", {"x": rng.random((4, 1, 3, 8, 8), dtype=np.float32)})
+    res = quantize(engine.load(model), data, QuantConfig())
+    out = ort.InferenceSession(to_onnx(res.model.graph).SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, {"x": data._make(0)["x"]})[0]
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": data._make(0)["x"]})[0]
+    assert out.shape == (1, 8, 1, 1)
+    assert _sqnr(ref, out) > 20
