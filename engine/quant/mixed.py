@@ -61,6 +61,9 @@ class MixedPrecisionResult:
     stopped: str = ""
     seconds: float | None = None
     search_sqnr_db: float | None = None
+    search_bound_db: float | None = None  # what new samples reach nine times in ten, from the search's
+    phases: list[dict] = field(default_factory=list)  # [{"phase", "seconds"}] of the search, in order
+    measurements: dict[str, int] = field(default_factory=dict)  # configurations measured / simulated
     sensitivity_measured: list[int] = field(default_factory=list)
 
     def target_text(self) -> str:
@@ -82,8 +85,13 @@ class MixedPrecisionResult:
         if lat is not None:
             line += f", latency {lat['int8']:.0f} -> {lat['final']:.0f} us"
         if self.blocking:
-            line += "; blocking: " + ", ".join(f"{b['node']} ({b['kind']}, {100 * b['noise_share']:.0f}% of the "
-                                               "int8 output noise)" for b in self.blocking)
+            line += "; blocking: " + ", ".join(
+                f"{b['node']} ({b['kind']}, {100 * b['noise_share']:.0f}% of the int8 output noise)"
+                if "noise_share" in b else f"{b['node']} ({b['kind']}, {b['isolated_sqnr_db']:.1f} dB alone, "
+                "not measured in time)" for b in self.blocking)
+        elif self.steps:
+            line += ("; every group that helps is raised: the rest is what new samples lose outside the "
+                     "calibrated ranges (calibrate on more varied data)")
         return line
 
     def to_json(self) -> dict:
@@ -110,6 +118,9 @@ class MixedPrecisionResult:
         if self.stopped:  # a search: how it measured, what it refused and why it stopped
             doc.update({"stopped": self.stopped, "choices": self.choices, "samples": self.samples,
                         "search_sqnr_db": None if self.search_sqnr_db is None else round(self.search_sqnr_db, 3),
+                        "search_bound_db": None if self.search_bound_db is None else round(self.search_bound_db, 3),
+                        "seconds": None if self.seconds is None else round(self.seconds, 2),
+                        "phases": self.phases, "measurements": self.measurements,
                         "sensitivity_measured": self.sensitivity_measured, "groups": self.groups,
                         "tensors": self.tensors, "refused": self.refused, "pruned": self.pruned,
                         "blocking": self.blocking})

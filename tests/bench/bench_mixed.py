@@ -8,7 +8,9 @@ our executor and with onnxruntime, and prints:
    held-out pooled output SQNR (target >= 30 dB), simulated latency / all-int8 (target <= 1.3x),
    wall time (target <= 180 s);
 2. PP-OCRv6 det small (1x3x320x320), skimage photographs: the same at 25 dB, reached or one
-   warning line, wall time <= 180 s.
+   warning line, wall time <= 180 s;
+3. what the search believed (its check samples, held out of its decisions and ranges; its search
+   samples and their bootstrap bound) and where its time went (phases, measurements).
 """
 
 from __future__ import annotations
@@ -140,9 +142,14 @@ def case(label: str, model: Path, shape: tuple[int, ...], calib: np.ndarray, hel
         f"optimizations off {pm_db:6.2f} dB), simulated "
         f"{lm:8.1f} us = {lm / l8:.3f}x int8 (target <= 1.3x), quantize {tm:5.1f} s wall (target <= 180 s; "
         f"{cm:5.1f} s CPU; load average {os.getloadavg()[0]:.1f})\n"
-        f"  search: reached={mp['reached']} ({mp['stopped']}), its own held-out split {mp['output_sqnr_db']:.2f} dB, "
-        f"{len(mp['raised'])} raise(s) {kinds}, {len(mp['pruned'])} pruned, {len(mp['refused'])} refused, "
-        f"{mp['sensitivity_measured'][0]}/{mp['sensitivity_measured'][1]} groups measured\n")
+        f"  search: reached={mp['reached']} ({mp['stopped']}), its check samples {mp['output_sqnr_db']:.2f} dB "
+        f"(its search samples {mp['search_sqnr_db']:.2f} dB, bound {mp.get('search_bound_db') or 0:.2f} dB; "
+        f"samples {mp['samples']}), {len(mp['raised'])} raise(s) {kinds}, {len(mp['pruned'])} pruned, "
+        f"{len(mp['refused'])} refused, {mp['sensitivity_measured'][0]}/{mp['sensitivity_measured'][1]} groups "
+        f"measured\n"
+        f"  where the search's {mp.get('seconds') or 0:.0f} s went: "
+        + ", ".join(f"{p['phase']} {p['seconds']:.0f} s" for p in mp.get("phases", []))
+        + f"; measurements {mp.get('measurements')}\n")
     for w in warnings:
         sys.stdout.write(f"  stderr: {w}\n")
     if not warnings and not mp["reached"]:

@@ -72,8 +72,10 @@ def test_search_reaches_its_target_with_fewer_raises_than_isolated_order(decoy):
     start = min(s.sqnr_db for s in base.analysis.outputs.values())
     target = start + 6.0
     greedy = auto_mixed_precision(graph, data, config, base.calibration, ranking, target_sqnr_db=target)
+    # the ranges cover every sample here: the check is about the order, not about new samples
     mp = search_mixed_precision(graph, data, config, base.calibration, None,
-                                SearchOptions(target_sqnr_db=target, choices=("int16",)))
+                                SearchOptions(target_sqnr_db=target, choices=("int16",),
+                                              check_outside_calibration=False))
     assert mp.reached and mp.output_sqnr_db >= target
     ours = {n for n, p in mp.config.precision.items() if p != "int8"}
     theirs = {n for n, p in greedy.config.precision.items() if p != "int8"}
@@ -177,3 +179,46 @@ def test_too_few_calibration_samples_to_verify_a_search_is_an_error(decoy, tmp_p
                           "--target-sqnr", "30"])
     assert rc == 2 and err.startswith("error:") and err.count("\n") == 1, err
     assert "3 sample(s)" in err and "at least 4" in err and not out.exists()
+
+
+def test_the_search_aims_higher_when_its_samples_disagree():
+    from engine.quant.search_eval import Quality
+
+    alike = Quality({"y": np.tile([[100.0, 1.0, 100.0, 99.0]], (8, 1))})
+    spread = Quality({"y": np.array([[100.0, e, 100.0, 99.0] for e in (0.1, 0.2, 0.5, 1.0, 1.5, 2.0, 4.0, 8.0)])})
+    assert alike.bound_db() == pytest.approx(alike.sqnr_db)  # identical samples: no margin
+    assert spread.bound_db() < spread.sqnr_db - 1.0  # one noisy sample in eight: a margin of dBs
+
+
+def test_a_raise_measured_on_the_nodes_it_changes_equals_the_full_run(decoy):
+    from engine.quant.search_eval import Evaluator, merge
+
+    _, graph, data = decoy
+    base = quantize(graph, data, QuantConfig(), analysis_samples=0)
+    samples = [data.sample(i) for i in range(3)]
+    part = Evaluator(graph, base.calibration, samples, anchor=base.config)
+    full = Evaluator(graph, base.calibration, samples)
+    assert part.anchor is not None
+    for gr in find_groups(graph, base.model.node_precision):
+        cfg = base.config
+        for n, p in merge({}, gr.nodes, "int16").items():
+            cfg = cfg.with_precision(n, p)
+        a, b = part.measure(cfg), full.measure(cfg)
+        assert a.sqnr_db == pytest.approx(b.sqnr_db, abs=1e-6), gr.name
+
+
+def test_the_reported_figure_is_that_of_samples_outside_the_calibrated_ranges(decoy):
+    """Samples the ranges were not fitted to clip where the others do not: the search says what
+    they reach, and that it missed the target, instead of its own samples' figure."""
+    _, graph, _ = decoy
+    x = _decoy_data()
+    from engine.quant.search import split_samples
+
+    _, check = split_samples(len(x))
+    x[check] *= 3.0  # beyond every range the other samples give
+    data = CalibrationSet.from_arrays("decoys", {"x": x})
+    base = quantize(graph, data, QuantConfig(), analysis_samples=0)
+    mp = search_mixed_precision(graph, data, base.config, base.calibration, None,
+                                SearchOptions(target_sqnr_db=40.0, choices=("int16",)))
+    assert mp.search_sqnr_db is not None and mp.output_sqnr_db < mp.search_sqnr_db - 3.0
+    assert not mp.reached and f"{mp.output_sqnr_db:.2f} dB" in (mp.warning() or "")
