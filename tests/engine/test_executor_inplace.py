@@ -71,3 +71,19 @@ def test_an_elementwise_chain_writes_into_one_buffer():
         {node.op_type: outs[0].__array_interface__["data"][0]}))["y"]
     assert where["Sigmoid"] == where["Mul"] == where["Add"] == where["Relu"]
     np.testing.assert_allclose(y, np.maximum(1 / (1 + np.exp(-(x * 0.5))) + 0.5, 0), rtol=1e-6)
+
+
+def test_keep_all_after_an_ordinary_run_returns_every_intermediate_unchanged():
+    # an ordinary run leaves donor indices on the plan's steps; a keep_all run must not follow them
+    # (it overwrote "a" with a*a, so quantization's kept FP32 values were wrong after a calibration)
+    model = _chain_model()
+    x = np.linspace(-3, 3, 24, dtype=np.float32).reshape(4, 6)
+    graph = engine.load(model)
+    ex = Executor(graph)
+    ex.run({"x": x})
+    every = ex.run({"x": x}, keep_all=True)
+    a = np.maximum(x, 0)
+    c = 1 / (1 + np.exp(-(a * a)))
+    np.testing.assert_allclose(every["a"], a, rtol=1e-6)
+    np.testing.assert_allclose(every["b"], a * a, rtol=1e-6)
+    np.testing.assert_allclose(every["c"], c, rtol=1e-6)
