@@ -178,8 +178,10 @@ class RuntimeExecutor(Executor):
         super().__init__(runtime_graph(graph), max_bytes)
         self._mlas = mlas_gemms(self.graph)
 
-    def _plan(self, graph: Graph):
-        plan = super()._plan(graph)
+    def _plan(self, graph: Graph, fused: bool = False):
+        # Always the unfused plan: the fused one folds BatchNormalization and runs epilogues in
+        # place, which is our order, not onnxruntime's.
+        plan = super()._plan(graph, False)
         conv, mm, hswish = registry.get("Conv"), registry.get("MatMul"), registry.get("HardSwish")
         for step in (*plan.steps, *plan.const_steps):
             if step.spec is conv and step.node.name in self._mlas:
@@ -188,6 +190,8 @@ class RuntimeExecutor(Executor):
                 step.spec = _MlasMatMul(mm)
             elif step.spec is hswish:
                 step.spec = _OrtHardSwish(hswish)
+            if step.fn is not None:  # the plan binds each kernel once
+                step.fn = step.spec.reference
         return plan
 
 

@@ -187,7 +187,8 @@ def test_canvas_color_of_every_node_is_the_placement_the_legend_names(placed_win
     for n in doc.graph.nodes:
         item = item_of(win, n.name)
         device = ops[res.op_of_source[n.name]] if n.name in res.op_of_source else "removed"
-        assert _painted_fill(win, item) == style.PLACEMENT_COLORS[device][1], n.name
+        assert _painted_fill(win, item) == style.PLACEMENT_COLORS[device][1], \
+            (n.name, win.scene.status_of(n), doc.placement_source, res is win.analysis.controller.current)
         counts[device] = counts.get(device, 0) + 1
     for device, n in counts.items():
         assert legend.labels[device].text().endswith(f" {n}")
