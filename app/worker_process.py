@@ -43,7 +43,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from app import wire
-from app.workers import WORKER_NICENESS, TaskControl, TaskSignals, clone_unchanged
+from app.workers import WORKER_NICENESS, TaskControl, TaskSignals, clone_unchanged, emit_safely
 from engine.errors import Cancelled
 
 log = logging.getLogger(__name__)
@@ -325,7 +325,7 @@ class WorkerProcess:
                 elif kind == "progress":
                     task = self._tasks.get(job)
                     if task is not None:
-                        task.signals.progress.emit(message[2], message[3])
+                        emit_safely(task.signals.progress, message[2], message[3])
                 elif kind == "done":
                     data = conn.recv_bytes()
                     task = self._tasks.get(job)

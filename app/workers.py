@@ -12,6 +12,7 @@ sustained runs, exports, tensor views) run in the worker process instead (app/wo
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -84,7 +85,7 @@ class TaskControl:
         now = time.monotonic()
         if fraction >= 1.0 or now - self._last >= 0.05:
             self._last = now
-            self._signals.progress.emit(float(fraction), text)
+            emit_safely(self._signals.progress, float(fraction), text)
 
     def cancel(self) -> None:
         """Ask the task to stop at its next check."""
@@ -98,6 +99,14 @@ class TaskControl:
         """Raise Cancelled when cancel() was called."""
         if self._cancel.is_set():
             raise Cancelled()
+
+
+def emit_safely(signal: Any, *args: Any) -> None:
+    """Emit from a worker thread; when the editor has already destroyed the task's signal object
+    (a job that ends while the application quits) there is no one left to tell, and PySide's
+    "Signal source has been deleted" RuntimeError must not print a traceback at exit."""
+    with contextlib.suppress(RuntimeError):
+        signal.emit(*args)
 
 
 class TaskSignals(QObject):
@@ -138,20 +147,20 @@ class Task(QRunnable):
                 result = self.fn(self.control, *self.args)
             self.result = result
         except Cancelled:
-            self.signals.cancelled.emit()
+            emit_safely(self.signals.cancelled)
         except _EXPECTED as exc:
             self.error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            self.signals.failed.emit(self.error)
+            emit_safely(self.signals.failed, self.error)
         except Exception as exc:  # report, never kill the GUI
             log.error("%s failed:\n%s", self.name, traceback.format_exc())
             self.internal_error = True
             self.error = f"internal error in {self.name}: {type(exc).__name__}: {exc}"
-            self.signals.failed.emit(self.error)
+            emit_safely(self.signals.failed, self.error)
         else:
             if self.control.cancelled():
-                self.signals.cancelled.emit()
+                emit_safely(self.signals.cancelled)
             else:
-                self.signals.finished.emit(result)
+                emit_safely(self.signals.finished, result)
         finally:
             self.done.set()
             Task._running.discard(self)

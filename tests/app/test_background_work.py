@@ -86,3 +86,21 @@ def test_edges_drawn_by_the_layout_worker_match_the_items_own_geometry(window):
         for i in range(made.elementCount()):
             a, b = made.elementAt(i), again.elementAt(i)
             assert abs(a.x - b.x) < 1e-6 and abs(a.y - b.y) < 1e-6, key
+
+
+def test_a_task_ending_after_its_signals_are_destroyed_prints_no_traceback(qapp, capfd):
+    """A job that finishes while the editor quits (its signal object already deleted) printed
+    "RuntimeError: Signal source has been deleted" from the worker thread at exit."""
+    import shiboken6
+
+    from app.workers import Task
+
+    def job(control):
+        control.progress(1.0, "done")
+        return 42
+
+    task = Task(job, name="late")
+    shiboken6.delete(task.signals)
+    task.run()
+    assert task.done.is_set() and task.result == 42
+    assert "Signal source has been deleted" not in capfd.readouterr().err
