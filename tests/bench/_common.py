@@ -47,3 +47,13 @@ def median_time(fn: Callable[[], object], repeat: int = 5, warmup: int = 1) -> f
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def best_time(fn: Callable[[], object], repeat: int = 5) -> float:
+    """Best (minimum) wall time of ``fn`` in seconds over ``repeat`` runs."""
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best

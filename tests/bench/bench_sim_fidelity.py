@@ -19,10 +19,9 @@ import json
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from tests.bench._common import fresh_blas_env, one_blas_thread
+from tests.bench._common import best_time, fresh_blas_env, one_blas_thread
 
 fresh_blas_env()
 
@@ -41,12 +40,7 @@ RUNS = 60
 
 
 def _best(fn, repeat: int = 7) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+    return best_time(fn, repeat)
 
 
 def _stream_gbps(nbytes: int) -> float:

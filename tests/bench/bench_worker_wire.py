@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 
-from tests.bench._common import one_blas_thread
+from tests.bench._common import best_time, one_blas_thread
 
 
 class _Control:
@@ -44,12 +44,7 @@ def _plain(obj) -> bytes:
 
 
 def _best(fn, repeat: int = 5) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+    return best_time(fn, repeat)
 
 
 def _longest_gil_wait(fn, repeat: int = 3) -> float:
