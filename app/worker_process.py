@@ -43,7 +43,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from app import wire
-from app.workers import WORKER_NICENESS, TaskControl, TaskSignals, clone_unchanged, emit_safely
+from app.workers import WORKER_NICENESS, TaskControl, clone_unchanged, emit_safely, init_task_state
 from engine.errors import Cancelled
 
 log = logging.getLogger(__name__)
@@ -416,15 +416,7 @@ class ProcessTask:
 
     def __init__(self, fn: Callable[..., Any], *args: Any, name: str = "task", graph: Any = None,
                  graph_version: int | None = None) -> None:
-        self.fn = fn
-        self.args = args
-        self.name = name
-        self.signals = TaskSignals()
-        self.control = TaskControl(self.signals)
-        self.done = threading.Event()
-        self.result: Any = None
-        self.error: str | None = None
-        self.internal_error = False
+        init_task_state(self, fn, args, name)
         self.job: int | None = None
         self._graph, self._version = graph, graph_version
 

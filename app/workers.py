@@ -118,6 +118,17 @@ class TaskSignals(QObject):
     cancelled = Signal()
 
 
+def init_task_state(task: Any, fn: Callable[..., Any], args: tuple, name: str) -> None:
+    """The fields every task kind shares (this module's Task, app/worker_process.ProcessTask)."""
+    task.fn, task.args, task.name = fn, args, name
+    task.signals = TaskSignals()
+    task.control = TaskControl(task.signals)
+    task.done = threading.Event()
+    task.result = None  # set before ``finished`` is emitted (and ``done`` is set)
+    task.error = None  # the one-line message of ``failed``, set before ``done``
+    task.internal_error = False  # True when ``error`` is a bug of ours, not the user's input
+
+
 class Task(QRunnable):
     """Run ``fn(control, *args)`` in the thread pool; see the module docstring."""
 
@@ -126,15 +137,7 @@ class Task(QRunnable):
     def __init__(self, fn: Callable[..., Any], *args: Any, name: str = "task") -> None:
         super().__init__()
         self.setAutoDelete(False)
-        self.fn = fn
-        self.args = args
-        self.name = name
-        self.signals = TaskSignals()
-        self.control = TaskControl(self.signals)
-        self.done = threading.Event()
-        self.result: Any = None  # set before ``finished`` is emitted (and ``done`` is set)
-        self.error: str | None = None  # the one-line message of ``failed``, set before ``done``
-        self.internal_error = False  # True when ``error`` is a bug of ours, not the user's input
+        init_task_state(self, fn, args, name)
 
     def run(self) -> None:
         _lower_priority()
