@@ -62,6 +62,8 @@ class MixedPrecisionResult:
     seconds: float | None = None
     search_sqnr_db: float | None = None
     search_bound_db: float | None = None  # what new samples reach nine times in ten, from the search's
+    command_seconds: float | None = None  # the whole quantize command's, when the CLI ran the search
+    check_bound_db: float | None = None  # the same bound from the check samples: what "reached" needs
     phases: list[dict] = field(default_factory=list)  # [{"phase", "seconds"}] of the search, in order
     measurements: dict[str, int] = field(default_factory=dict)  # configurations measured / simulated
     sensitivity_measured: list[int] = field(default_factory=list)
@@ -79,7 +81,13 @@ class MixedPrecisionResult:
             return None
         why = {"time budget": "within the time budget", "no candidate left": "with every candidate tried"}
         lat = self.to_json()["latency_us"]
-        line = (f"target {self.target_text()} not reached {why.get(self.stopped, '')}".rstrip()
+        marginal = ""
+        if self.check_bound_db is not None and (self.target_sqnr_db is None or self.output_sqnr_db >= self.target_sqnr_db) \
+                and (self.target_cosine is None or self.output_cosine >= self.target_cosine):
+            # the check samples reach it, but not by the margin their spread says new samples need
+            marginal = " with the margin new samples need" + (
+                f" (bound {self.check_bound_db:.2f} dB)" if self.target_sqnr_db is not None else "")
+        line = (f"target {self.target_text()} not reached{marginal} {why.get(self.stopped, '')}".rstrip()
                 + f"; kept the best model: held-out output SQNR {self.output_sqnr_db:.2f} dB "
                 f"(int8 {self.start_sqnr_db:.2f} dB) with {len(self.steps)} raise(s)")
         if lat is not None:
@@ -119,7 +127,9 @@ class MixedPrecisionResult:
             doc.update({"stopped": self.stopped, "choices": self.choices, "samples": self.samples,
                         "search_sqnr_db": None if self.search_sqnr_db is None else round(self.search_sqnr_db, 3),
                         "search_bound_db": None if self.search_bound_db is None else round(self.search_bound_db, 3),
+                        "check_bound_db": None if self.check_bound_db is None else round(self.check_bound_db, 3),
                         "seconds": None if self.seconds is None else round(self.seconds, 2),
+                        "command_seconds": None if self.command_seconds is None else round(self.command_seconds, 2),
                         "phases": self.phases, "measurements": self.measurements,
                         "sensitivity_measured": self.sensitivity_measured, "groups": self.groups,
                         "tensors": self.tensors, "refused": self.refused, "pruned": self.pruned,

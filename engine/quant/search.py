@@ -64,6 +64,8 @@ class SearchOptions:
     greedy_share: float = 0.6  # the prefix search stops here
     prune_share: float = 0.75  # the prune pass here; the rest is for the replay and the check
     check_outside_calibration: bool = True  # calibrate the search's models without the check samples
+    calibrated_without_check: bool = False  # the calibration given already leaves the check samples out
+    finish_measurements: float = 0.0  # the budget keeps this many check measurements' time for what follows
 
 
 def search_choices(target, requested: str | None = None) -> tuple[str, ...]:
@@ -80,16 +82,26 @@ def search_choices(target, requested: str | None = None) -> tuple[str, ...]:
     return tuple(c for c in CHOICES if modes is None or c == "fp32" or c in modes)
 
 
-def split_samples(n: int, search: int = 24, check: int = 8) -> tuple[list[int], list[int]]:
-    """Indices of the search part and of the check part (a quarter, held out of every decision),
-    each spread over the whole set."""
+def held_out_split(n: int, check: int = 8) -> tuple[list[int], list[int]]:
+    """Indices of every sample outside the check part, and of the check part (a quarter, at most
+    ``check``, held out of every decision), each spread over the whole set."""
     if n < MIN_SAMPLES:
         raise InputError(f"{n} calibration sample(s) cannot verify a mixed-precision search: it needs "
                          f"at least {MIN_SAMPLES} (it searches on some and verifies on the others)")
     n_check = max(1, min(check, n // 4))
     held = sorted({round(float(x)) for x in np.linspace(1, n - 1, n_check)})
-    rest = [i for i in range(n) if i not in held]
+    return [i for i in range(n) if i not in held], held
+
+
+def split_samples(n: int, search: int = 24, check: int = 8) -> tuple[list[int], list[int]]:
+    """Indices of the search part (at most ``search``) and of the check part (held_out_split)."""
+    rest, held = held_out_split(n, check)
     return thin(rest, search), held
+
+
+def subset(data: CalibrationSet, idx: list[int]) -> CalibrationSet:
+    """The samples ``idx`` of ``data``, in that order."""
+    return CalibrationSet(data.source, len(idx), lambda i: data.sample(idx[i]))
 
 
 def thin(idx: list[int], most: int) -> list[int]:
@@ -97,6 +109,27 @@ def thin(idx: list[int], most: int) -> list[int]:
     if len(idx) <= most:
         return list(idx)
     return [idx[round(float(x))] for x in np.linspace(0, len(idx) - 1, most)]
+
+
+def with_samples(graph: Graph, calibration: Calibration, data: CalibrationSet, idx: list[int],
+                 config: QuantConfig) -> Calibration:
+    """``calibration`` (of the other samples) extended with the samples ``idx`` of ``data``: those
+    observed alone and merged, exact for min/max statistics; histograms re-binned by another range
+    do not merge exactly, so then every sample is observed again."""
+    from copy import deepcopy
+
+    from engine.quant.observers import HistogramObserver
+
+    if not idx:
+        return calibration
+    if calibration.histograms or any(isinstance(o, HistogramObserver) for o in calibration.stats.values()):
+        return calibrate(graph, data, config, histograms=calibration.histograms)
+    extra = calibrate(graph, subset(data, idx), config, tensors=list(calibration.stats))
+    stats = {}
+    for name, obs in calibration.stats.items():
+        stats[name] = merged = deepcopy(obs)
+        merged.merge(extra.stats[name])
+    return Calibration(stats, calibration.samples + extra.samples, calibration.source, False)
 
 
 @dataclass
@@ -124,21 +157,21 @@ def search_mixed_precision(graph: Graph, data: CalibrationSet, config: QuantConf
     t0 = clock()
     budget = opt.time_budget_s
     t_work = [t0]  # the shares are of the time left once the setup (references, anchor) is done
+    reserve = [0.0]  # kept for what follows the search (finish_measurements)
 
     def left(share: float) -> bool:
-        return clock() - t_work[0] < share * (budget - (t_work[0] - t0))
+        return clock() - t_work[0] < share * (budget - reserve[0] - (t_work[0] - t0))
 
     choices = opt.choices or search_choices(target)
     s_idx, c_idx = split_samples(len(data), opt.search_samples, opt.check_samples)
     if "int16" in choices:  # int16 QDQ needs opset 21: convert once, not at every measurement
         graph, _ = converted_to_opset(graph, 21)
-    if opt.check_outside_calibration and len(c_idx) >= 2:
+    if opt.check_outside_calibration and not opt.calibrated_without_check and len(c_idx) >= 2:
         # ranges fitted to a sample cover it: inside the calibration a model looks better than on
         # new data (PP-OCRv6 rec all-int16: 61.0 dB on its calibration crops, 37.2 on a quarter
         # left out of it), so the check samples are kept out of the ranges the search's models use
         rest = [i for i in range(len(data)) if i not in set(c_idx)]
-        calibration = calibrate(graph, CalibrationSet(data.source, len(rest), lambda i: data.sample(rest[i])),
-                                config)
+        calibration = calibrate(graph, subset(data, rest), config)
     base_qm = build_qdq(graph, calibration, config)
     quantized = {n: p for n, p in base_qm.node_precision.items() if p not in ("fp32", "fp16", "bf16")}
     groups = find_groups(graph, quantized)
@@ -147,6 +180,7 @@ def search_mixed_precision(graph: Graph, data: CalibrationSet, config: QuantConf
     sens_base = sens.measure(config)
     ev_c = Evaluator(graph, calibration, [data.sample(i) for i in c_idx], reference)
     base_c = ev_c.measure(config)
+    reserve[0] = opt.finish_measurements * ev_c.mean_seconds
     # as many samples per measurement as keep one under 1/40 of the budget (at least 4), timed on
     # an ordinary measurement (the anchor's run keeps every value: several times slower)
     per_sample = ev_c.mean_seconds / len(ev_c.feeds)
@@ -158,7 +192,10 @@ def search_mixed_precision(graph: Graph, data: CalibrationSet, config: QuantConf
         return (opt.target_sqnr_db is None or q.bound_db() >= opt.target_sqnr_db) and \
                (opt.target_cosine is None or q.bound_cosine() >= opt.target_cosine)
 
-    def held(q: Quality) -> bool:  # on the check samples, never decided on: the figure itself
+    def held(q: Quality) -> bool:  # on the check samples, never decided on: with new samples' margin
+        return bool(ok(q))
+
+    def held_point(q: Quality) -> bool:  # the check samples' figure itself reaches the target
         return (opt.target_sqnr_db is None or q.sqnr_db >= opt.target_sqnr_db) and \
                (opt.target_cosine is None or q.cosine >= opt.target_cosine)
 
@@ -267,7 +304,7 @@ def search_mixed_precision(graph: Graph, data: CalibrationSet, config: QuantConf
     # measured on the check samples too (the figures the report gives); steps are single groups
     # when time allows, else consecutive groups together. Then the check: when the check samples
     # miss the target, the next groups of the order join, while time is left.
-    evals_left = max(1, int((budget - (clock() - t0)) / max(ev_s.mean_seconds + ev_c.mean_seconds, 1e-3)) - 2)
+    evals_left = max(1, int((budget - reserve[0] - (clock() - t0)) / max(ev_s.mean_seconds + ev_c.mean_seconds, 1e-3)) - 2)
     size = max(1, -(-len(kept) // evals_left))
     raised: dict[str, str] = {}
     cur_s, cur_c, prev_lat = base_s, base_c, pricing.latency({})
@@ -320,6 +357,7 @@ def search_mixed_precision(graph: Graph, data: CalibrationSet, config: QuantConf
     result.output_sqnr_db, result.output_cosine = cur_c.sqnr_db, cur_c.cosine
     result.search_sqnr_db = cur_s.sqnr_db
     result.search_bound_db = cur_s.bound_db()
+    result.check_bound_db = float(cur_c.bound_db())
     result.reached = held(cur_c)
     if result.reached:
         result.stopped = "reached"

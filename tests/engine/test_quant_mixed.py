@@ -77,6 +77,7 @@ def test_search_reaches_its_target_with_fewer_raises_than_isolated_order(decoy):
                                 SearchOptions(target_sqnr_db=target, choices=("int16",),
                                               check_outside_calibration=False))
     assert mp.reached and mp.output_sqnr_db >= target
+    assert mp.check_bound_db is not None and mp.check_bound_db >= target  # with the margin new samples need
     ours = {n for n, p in mp.config.precision.items() if p != "int8"}
     theirs = {n for n, p in greedy.config.precision.items() if p != "int8"}
     assert not ours & {"decoy0", "decoy1", "decoy2"}, "the decoys cost nothing at the output"
@@ -222,3 +223,75 @@ def test_the_reported_figure_is_that_of_samples_outside_the_calibrated_ranges(de
                                 SearchOptions(target_sqnr_db=40.0, choices=("int16",)))
     assert mp.search_sqnr_db is not None and mp.output_sqnr_db < mp.search_sqnr_db - 3.0
     assert not mp.reached and f"{mp.output_sqnr_db:.2f} dB" in (mp.warning() or "")
+
+
+def test_the_written_model_is_calibrated_on_every_sample_and_analysed_on_the_check_samples(decoy, tmp_path):
+    """The search's ranges leave the check samples out; the written model's cover them too (the
+    check samples observed alone and merged: min/max statistics are exact), and its analysis runs
+    on those few samples only; the report says where the command's time went."""
+    from engine.quant.calibrate import calibrate
+    from engine.quant.search import held_out_split, subset, with_samples
+
+    path, graph, data = decoy
+    np.savez(tmp_path / "c.npz", x=_decoy_data())
+    report = tmp_path / "r.json"
+    rc, _, err = run_cli(["quantize", str(path), "--calib", str(tmp_path / "c.npz"), "-o", str(tmp_path / "q.onnx"),
+                          "--quiet", "--no-optimize", "--target-sqnr", "45", "--raise-to", "int16", "--report",
+                          str(report)])
+    assert rc == 0, err
+    doc = json.loads(report.read_text())
+    mp = doc["mixed_precision"]
+    assert doc["samples"] == N and doc["analysis_samples"] == mp["samples"]["verify"] < N
+    phases = [p["phase"] for p in mp["phases"]]
+    assert phases[:2] == ["load", "calibrate"] and phases[-3:] == ["calibrate check", "analyze", "export"]
+    assert mp["command_seconds"] == pytest.approx(sum(p["seconds"] for p in mp["phases"]), abs=0.1)
+    rest, held = held_out_split(N)
+    config = QuantConfig()
+    merged = with_samples(graph, calibrate(graph, subset(data, rest), config), data, held, config)
+    whole = calibrate(graph, data, config)
+    assert merged.samples == N and merged.stats.keys() == whole.stats.keys()
+    assert all(merged.stats[n].range() == whole.stats[n].range() for n in whole.stats)
+
+
+def test_the_time_budget_bounds_the_whole_command_not_only_the_search(decoy, tmp_path, monkeypatch):
+    """A slow calibration leaves the search only what remains of --time-budget."""
+    import time
+
+    import engine.quant.api as api
+    import engine.quant.search as search
+
+    path, _, _ = decoy
+    np.savez(tmp_path / "c.npz", x=_decoy_data())
+    slow, given = api.calibrate, []
+
+    def slow_calibrate(*a, **k):
+        time.sleep(1.5)
+        return slow(*a, **k)
+
+    def spy(*a, **k):
+        given.append(a[5].time_budget_s)
+        return real(*a, **k)
+
+    real = search.search_mixed_precision
+    monkeypatch.setattr(api, "calibrate", slow_calibrate)
+    monkeypatch.setattr(search, "search_mixed_precision", spy)
+    report = tmp_path / "r.json"
+    rc, _, err = run_cli(["quantize", str(path), "--calib", str(tmp_path / "c.npz"), "-o", str(tmp_path / "q.onnx"),
+                          "--quiet", "--no-optimize", "--target-sqnr", "45", "--raise-to", "int16", "--report",
+                          str(report), "--time-budget", "20"])
+    assert rc == 0, err
+    assert given and given[0] <= 20 - 1.5
+    mp = json.loads(report.read_text())["mixed_precision"]
+    assert next(p["seconds"] for p in mp["phases"] if p["phase"] == "calibrate") >= 1.5
+
+
+def test_a_target_the_check_samples_reach_without_margin_is_not_reached_and_says_so():
+    from engine.quant.mixed import MixedPrecisionResult
+
+    mp = MixedPrecisionResult(QuantConfig(), [], False, 31.0, 0.999, 30.0, None, 20.0, 100.0,
+                              stopped="no candidate left", check_bound_db=28.5)
+    line = mp.warning()
+    assert line is not None and "\n" not in line
+    assert "not reached with the margin new samples need (bound 28.50 dB)" in line and "31.00 dB" in line
+    mp.output_sqnr_db = 29.0  # the figure itself misses: no word of a margin
+    assert "margin" not in (mp.warning() or "")
