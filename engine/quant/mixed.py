@@ -62,7 +62,6 @@ class MixedPrecisionResult:
     seconds: float | None = None
     search_sqnr_db: float | None = None
     search_bound_db: float | None = None  # what new samples reach nine times in ten, from the search's
-    command_seconds: float | None = None  # the whole quantize command's, when the CLI ran the search
     check_bound_db: float | None = None  # the same bound from the check samples: what "reached" needs
     phases: list[dict] = field(default_factory=list)  # [{"phase", "seconds"}] of the search, in order
     measurements: dict[str, int] = field(default_factory=dict)  # configurations measured / simulated
@@ -129,7 +128,6 @@ class MixedPrecisionResult:
                         "search_bound_db": None if self.search_bound_db is None else round(self.search_bound_db, 3),
                         "check_bound_db": None if self.check_bound_db is None else round(self.check_bound_db, 3),
                         "seconds": None if self.seconds is None else round(self.seconds, 2),
-                        "command_seconds": None if self.command_seconds is None else round(self.command_seconds, 2),
                         "phases": self.phases, "measurements": self.measurements,
                         "sensitivity_measured": self.sensitivity_measured, "groups": self.groups,
                         "tensors": self.tensors, "refused": self.refused, "pruned": self.pruned,

@@ -20,9 +20,13 @@ warning it gives are the check samples'.
    by bisection that probes first where the noise powers, added up, predict it.
 5. Prune: each raise (most expensive first) is undone when the bound still holds without it.
 6. Replay in order (each step measured on the search and the check samples: its dB and
-   microseconds are what it adds to the model before it), then the check: when the check samples
-   miss the target, the pruned units and then the rest of the order join while they help there.
-The search stops at the time budget with the best model found.
+   microseconds are what it adds to the model before it), then the check: when the check
+   samples' bootstrap bound misses the target (the figure itself, or by less than their spread
+   says new samples need), the pruned units and then the rest of the order join while they help
+   there. Joining stops as soon as the check samples reach the target, so their figure is
+   taken at its luckiest: the bound's margin covers that and their disagreement with new samples.
+The search stops at the time budget with the best model found; ``finish_measurements`` keeps
+time for the caller's final analysis (the CLI's --time-budget is the whole command's).
 """
 
 from __future__ import annotations

@@ -118,6 +118,10 @@ def case(label: str, model: Path, shape: tuple[int, ...], calib: np.ndarray, hel
         if p8.returncode != 0 or pm.returncode != 0:
             sys.stdout.write(f"{label}: quantize failed:\n{p8.stderr[-800:]}{pm.stderr[-800:]}\n")
             return
+        if os.environ.get("BENCH_MIXED_KEEP"):  # a folder to keep the report in (for a closer look)
+            keep = Path(os.environ["BENCH_MIXED_KEEP"])
+            keep.mkdir(parents=True, exist_ok=True)
+            (keep / f"{model.stem}.json").write_text(Path(f"{d}/r.json").read_text())
         mp = json.loads(Path(f"{d}/r.json").read_text())["mixed_precision"]
         warnings = [ln for ln in pm.stderr.splitlines() if ln.startswith("warning:")]
         fp = _ort(str(model))
@@ -150,7 +154,7 @@ def case(label: str, model: Path, shape: tuple[int, ...], calib: np.ndarray, hel
         f"{len(mp['refused'])} refused, {mp['sensitivity_measured'][0]}/{mp['sensitivity_measured'][1]} groups "
         f"measured\n"
         f"  check samples' bootstrap bound {mp.get('check_bound_db') or 0:.2f} dB (what reached needs); "
-        f"where the command's {mp.get('command_seconds') or 0:.0f} s went (the search's {mp.get('seconds') or 0:.0f} s): "
+        f"where the command's {sum(p['seconds'] for p in mp.get('phases', [])):.0f} s went (the search's {mp.get('seconds') or 0:.0f} s): "
         + ", ".join(f"{p['phase']} {p['seconds']:.0f} s" for p in mp.get("phases", []))
         + f"; measurements {mp.get('measurements')}\n")
     for w in warnings:

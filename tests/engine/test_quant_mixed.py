@@ -244,7 +244,8 @@ def test_the_written_model_is_calibrated_on_every_sample_and_analysed_on_the_che
     assert doc["samples"] == N and doc["analysis_samples"] == mp["samples"]["verify"] < N
     phases = [p["phase"] for p in mp["phases"]]
     assert phases[:2] == ["load", "calibrate"] and phases[-3:] == ["calibrate check", "analyze", "export"]
-    assert mp["command_seconds"] == pytest.approx(sum(p["seconds"] for p in mp["phases"]), abs=0.1)
+    search = sum(p["seconds"] for p in mp["phases"][2:-3])
+    assert search == pytest.approx(mp["seconds"], abs=0.05)  # the search's phases add up to its seconds
     rest, held = held_out_split(N)
     config = QuantConfig()
     merged = with_samples(graph, calibrate(graph, subset(data, rest), config), data, held, config)
