@@ -44,7 +44,7 @@ from engine.quant.config import QuantConfig
 from engine.quant.data import CalibrationSet
 from engine.quant.mixed import MixedPrecisionResult
 from engine.quant.qdq import build_qdq, converted_to_opset
-from engine.quant.search_eval import Evaluator, Pricing, Quality, merge
+from engine.quant.search_eval import Evaluator, Pricing, Quality, merge, small_sample_z
 from engine.quant.sensitivity import Group, find_groups, tensor_sensitivity
 
 MIN_SAMPLES = 4
@@ -196,12 +196,11 @@ def search_mixed_precision(graph: Graph, data: CalibrationSet, config: QuantConf
         return (opt.target_sqnr_db is None or q.bound_db() >= opt.target_sqnr_db) and \
                (opt.target_cosine is None or q.bound_cosine() >= opt.target_cosine)
 
-    def held(q: Quality) -> bool:  # on the check samples, never decided on: with new samples' margin
-        return bool(ok(q))
+    z_check = small_sample_z(len(c_idx))  # a verdict on a few samples: Student's t, not the normal z
 
-    def held_point(q: Quality) -> bool:  # the check samples' figure itself reaches the target
-        return (opt.target_sqnr_db is None or q.sqnr_db >= opt.target_sqnr_db) and \
-               (opt.target_cosine is None or q.cosine >= opt.target_cosine)
+    def held(q: Quality) -> bool:  # on the check samples, never decided on: with new samples' margin
+        return bool((opt.target_sqnr_db is None or q.bound_db(z_check) >= opt.target_sqnr_db) and
+                    (opt.target_cosine is None or q.bound_cosine(z_check) >= opt.target_cosine))
 
     def cfg(raised: Mapping[str, str]) -> QuantConfig:
         out = config
@@ -361,7 +360,7 @@ def search_mixed_precision(graph: Graph, data: CalibrationSet, config: QuantConf
     result.output_sqnr_db, result.output_cosine = cur_c.sqnr_db, cur_c.cosine
     result.search_sqnr_db = cur_s.sqnr_db
     result.search_bound_db = cur_s.bound_db()
-    result.check_bound_db = float(cur_c.bound_db())
+    result.check_bound_db = float(cur_c.bound_db(z_check))
     result.reached = held(cur_c)
     if result.reached:
         result.stopped = "reached"
