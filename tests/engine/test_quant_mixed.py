@@ -296,3 +296,14 @@ def test_a_target_the_check_samples_reach_without_margin_is_not_reached_and_says
     assert "not reached with the margin new samples need (bound 28.50 dB)" in line and "31.00 dB" in line
     mp.output_sqnr_db = 29.0  # the figure itself misses: no word of a margin
     assert "margin" not in (mp.warning() or "")
+
+
+def test_a_verdict_on_fewer_check_samples_asks_a_wider_margin():
+    from engine.quant.search_eval import Z_NINE_IN_TEN, Quality, small_sample_z
+
+    rows = [[100.0, e, 100.0, 99.0] for e in (0.5, 1.0, 2.0, 4.0)]
+    four, eight = Quality({"y": np.array(rows)}), Quality({"y": np.array(rows * 2)})
+    assert small_sample_z(4) > small_sample_z(8) > small_sample_z(100) > Z_NINE_IN_TEN
+    assert small_sample_z(100) == pytest.approx(Z_NINE_IN_TEN, abs=0.01)  # many samples: the normal z
+    assert four.bound_db(small_sample_z(4)) < four.bound_db() - 1.0  # 4 samples: dBs more margin
+    assert eight.bound_db(small_sample_z(8)) > four.bound_db(small_sample_z(4))
