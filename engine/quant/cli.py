@@ -186,12 +186,14 @@ def cmd_quantize(args: argparse.Namespace, out: Out) -> int:
     return EXIT_OK
 
 
-FINISH_MEASUREMENTS = 4.0
+FINISH_MEASUREMENTS = 6.0
 """The search leaves this many check-sample measurements' time of --time-budget for what follows
-it: observing the check samples for the final ranges, the final analysis (the check samples
-through the float and the QDQ model keeping every value, and each layer alone) and the export.
-PP-OCRv6 rec and det 320 at load 13-17: those took 15-20 s and the whole command 129-152 s of
-its 150."""
+it: observing the check samples for the final ranges, the final analysis (FINAL_ANALYSIS_SAMPLES
+of them through the float and the QDQ model keeping every value, and each layer alone) and the
+export. PP-OCRv6 rec and det 320 at load 13-17 (8 analysis samples, 4 measurements kept): those
+took 15-20 s and the whole command 129-152 s of its 150; with two such commands at once 58 s and
+183-194 s."""
+FINAL_ANALYSIS_SAMPLES = 4
 
 
 def _mixed_precision(args: argparse.Namespace, graph: Graph, data: CalibrationSet, held: list[int], result,
@@ -235,7 +237,7 @@ def _mixed_precision(args: argparse.Namespace, graph: Graph, data: CalibrationSe
     # 32: wider ranges)
     calibration = with_samples(base, result.calibration, data, held, result.config)
     marks.append(("calibrate check", time.monotonic()))
-    final = quantize(base, subset(data, held), mp.config, analysis_samples=min(args.analysis_samples, len(held)),
+    final = quantize(base, subset(data, held), mp.config, analysis_samples=min(args.analysis_samples, len(held), FINAL_ANALYSIS_SAMPLES),
                      calibration=calibration, progress=progress)
     marks.append(("analyze", time.monotonic()))
     final.mixed_precision = mp
