@@ -19,7 +19,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from nodes._util import prod, static_dims
-from nodes.kernels import conv2d_direct, conv2d_plane
+from nodes.kernels import conv2d_phases
 from nodes.registry import register
 from nodes.rules import WINDOW_RULES
 from nodes.spec import (
@@ -285,23 +285,8 @@ def conv_gemm(ctx: NodeContext, x_index: int = 0, w_index: int = 1, transposed: 
 
 DIRECT_GROUP_WIDTH = 4
 """Grouped 2-D convolutions with (input x output channels per group) up to this run the compiled
-direct kernel: measured 2-4x faster than im2col for depthwise (1 x 1) and 2 x 2, slower from
-3 x 4 on, where the batched matmul has enough work per group."""
-
-
-PLANE_ELEMENTS = 4096
-"""Output planes (rows x padded input pitch) up to this many elements run the per-plane direct
-kernel at stride 1 (measured 1.5-3.9x faster up to 28x30, slower from 64x80 on, where a row
-kept in cache wins)."""
-
-
-def _bias_filled(b: np.ndarray | None, shape: tuple[int, ...], cdt: np.dtype) -> np.ndarray:
-    """An (N, M, ...) buffer holding the bias of channel m everywhere in channel m (or zeros)."""
-    if b is None:
-        return np.zeros(shape, dtype=cdt)
-    y = np.empty(shape, dtype=cdt)
-    y[...] = b.astype(cdt, copy=False).reshape((1, -1) + (1,) * (len(shape) - 2))
-    return y
+direct kernel (nodes.kernels.conv2d_phases): measured 2-4x faster than im2col for depthwise
+(1 x 1) and 2 x 2, slower from 3 x 4 on, where the batched matmul has enough work per group."""
 
 
 def _im2col_matmul(view: np.ndarray, wk: np.ndarray, n_batch: int, group: int, rows: int) -> np.ndarray:
@@ -336,15 +321,10 @@ def conv_nd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequenc
         if b is not None:
             y += b.astype(cdt, copy=False).reshape((1, m) + (1,) * len(out))
         return y
-    xp = pad_spatial(x, pb, pe)
     ktot = prod(kernel)
     if group > 1 and ktot > 1 and len(kernel) == 2 and cg * mg <= DIRECT_GROUP_WIDTH:
-        xp, w = np.ascontiguousarray(xp), np.ascontiguousarray(w)
-        plane = out[0] * xp.shape[3]
-        if max(strides) == 1 and plane <= PLANE_ELEMENTS:
-            y = _bias_filled(b, (n_batch, m, out[0], xp.shape[3]), cdt)
-            return np.ascontiguousarray(conv2d_plane(xp, w, y, dils, group)[..., :out[1]])
-        return conv2d_direct(xp, w, _bias_filled(b, (n_batch, m, *out), cdt), strides, dils, group)
+        return conv2d_phases(x, w, b, strides, dils, (*pb, *pe), out)
+    xp = pad_spatial(x, pb, pe)
     if ktot == 1:
         xs = tap_view(xp, [0] * len(kernel), out, strides, dils)
         cols = xs.reshape(n_batch, group, cg, p)

@@ -5,9 +5,12 @@ matrix-vector product; on one thread both leave most of the time in memory traff
 dispatch (issue #19: depthwise convs 5-14x onnxruntime, Gelu's erf 12x). These kernels do the
 same arithmetic in one pass, in the input's float type (float32 stays float32):
 
-- ``conv2d_direct``: a grouped 2-D convolution summed tap by tap into the output row, which
-  stays in cache; for depthwise and small-group convolutions, whose im2col is mostly copying.
-  ``conv2d_plane``: the same at stride 1 with one pass per tap over a whole (small) plane.
+- ``conv2d_phases``: a grouped 2-D convolution for depthwise and small-group convolutions,
+  whose im2col is mostly copying: the padded input split into its stride phases (so a strided
+  tap reads contiguous memory), each row of taps one contiguous loop over the output plane,
+  band by band in L1, with the running sum in a register.
+- ``pool2d``: max and sum pooling windows, row by row in cache (numpy's separable passes
+  over strided views of the whole tensor were 3-10x onnxruntime).
 - ``erf32_`` / ``gelu32_`` / ``hard_swish_``: elementwise functions in one pass, written into a
   caller-given buffer (which may be the input itself). (Sigmoid is not here: numpy's SIMD exp
   in three in-place passes measured 2x faster than a scalar exp loop.)
@@ -19,7 +22,9 @@ process loads its cached machine code; only the first process after an install c
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -33,20 +38,68 @@ def _jit():
     return _kernels_jit
 
 
-def conv2d_direct(xp: np.ndarray, w: np.ndarray, out: np.ndarray, strides: tuple[int, int],
-                  dils: tuple[int, int], group: int) -> np.ndarray:
-    """Add the grouped convolution of padded NCHW ``xp`` by (M, C/group, kh, kw) ``w`` into
-    ``out`` (N, M, OH, OW; holding the bias or zeros). All three of one float dtype, C-contiguous."""
-    _jit().conv2d_direct(xp, w, out, int(strides[0]), int(strides[1]), int(dils[0]), int(dils[1]), int(group))
-    return out
+PHASE_BAND = 2048
+"""Output positions one band of the phase kernel covers (8 KB of float32): the band stays in
+L1 while every tap adds into it."""
 
 
-def conv2d_plane(xp: np.ndarray, w: np.ndarray, out: np.ndarray, dils: tuple[int, int], group: int) -> np.ndarray:
-    """Add the stride-1 grouped convolution of padded NCHW ``xp`` by ``w`` into ``out`` of shape
-    (N, M, OH, Wp), rows at the padded input's pitch Wp (columns from OW on are scratch): each
-    tap is one contiguous pass over the whole plane. For small planes (depthwise layers of
-    14x14 to 28x28: 1.5-3.9x conv2d_direct, whose per-row passes were mostly loop overhead)."""
-    _jit().conv2d_flat(xp, w, out, int(dils[0]), int(dils[1]), int(group))
+@functools.lru_cache(maxsize=256)
+def _phase_taps(kh: int, kw: int, sy: int, sx: int, dh: int, dw: int, wq: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per tap (ky, kx): the stride phase it reads and its flat offset in that phase plane."""
+    ty, tx = np.divmod(np.arange(kh) * dh, sy), np.divmod(np.arange(kw) * dw, sx)
+    qs = (ty[1][:, None] * sx + tx[1][None, :]).reshape(-1).astype(np.int64)
+    offs = (ty[0][:, None] * wq + tx[0][None, :]).reshape(-1).astype(np.int64)
+    return qs, offs
+
+
+def conv2d_phases(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequence[int],
+                  dils: Sequence[int], pads: Sequence[int], out_hw: Sequence[int]) -> np.ndarray:
+    """The grouped 2-D convolution (N, M, OH, OW) of NCHW ``x`` padded by ``pads`` (top, left,
+    bottom, right; negative crops) by (M, C/group, kh, kw) ``w`` plus bias ``b`` (or none), all
+    of one float dtype.
+
+    The padded input is split into its stride phases (stride s: s*s planes, each contiguous),
+    so every tap of a strided convolution reads one phase plane with unit stride; a row of taps
+    is then one contiguous loop over the output plane (kept at the phase pitch, band by band in
+    L1) with the running sum in a register. Per output element the taps add in the order
+    (input channel, ky, kx) from the bias. For depthwise and small-group convolutions, whose
+    im2col is mostly copying.
+    """
+    n_batch, c, h, wd = x.shape
+    m, cg, kh, kw = w.shape
+    sy, sx = int(strides[0]), int(strides[1])
+    oh, ow = int(out_hw[0]), int(out_hw[1])
+    pt, pl, pb, pr = (int(p) for p in pads)
+    hq, wq = -(-(h + pt + pb) // sy), -(-(wd + pl + pr) // sx)
+    if sy == sx == 1 and not (pt or pl or pb or pr):
+        xph = np.ascontiguousarray(x).reshape(n_batch, c, 1, hq * wq)
+    elif sy == sx == 1 and min(pt, pl, pb, pr) >= 0:  # one numpy copy (measured faster on small planes)
+        xph = np.zeros((n_batch, c, hq, wq), x.dtype)
+        xph[:, :, pt:pt + h, pl:pl + wd] = x
+        xph = xph.reshape(n_batch, c, 1, hq * wq)
+    else:
+        xph = np.empty((n_batch, c, sy * sx, hq * wq), x.dtype)
+        _jit().phase_split(np.ascontiguousarray(x), xph, pt, pl, sy, sx, wq)
+    qs, offs = _phase_taps(kh, kw, sy, sx, int(dils[0]), int(dils[1]), wq)
+    wide = np.empty((n_batch, m, oh, wq), x.dtype)
+    if b is None:
+        wide.fill(0)
+    else:
+        wide[...] = b.astype(x.dtype, copy=False).reshape(1, m, 1, 1)
+    _jit().conv2d_phase(xph, np.ascontiguousarray(w).reshape(m, cg, kh * kw), wide.reshape(n_batch, m, -1),
+                        qs, offs, kw, (oh - 1) * wq + ow, PHASE_BAND)
+    return wide if wq == ow else np.ascontiguousarray(wide[..., :ow])
+
+
+def pool2d(xp: np.ndarray, kernel: Sequence[int], out_hw: Sequence[int], strides: Sequence[int],
+           dils: Sequence[int], is_max: bool) -> np.ndarray:
+    """Max or sum over every window of padded NCHW float ``xp`` (N, C, OH, OW), in one compiled
+    pass per output row: the window's rows combined along the row (contiguous), then its taps.
+    The same order as numpy's separable passes (nodes.pooling.separable_reduce), so the same
+    sums."""
+    out = np.empty((*xp.shape[:2], int(out_hw[0]), int(out_hw[1])), xp.dtype)
+    _jit().pool2d_separable(np.ascontiguousarray(xp), out, int(kernel[0]), int(kernel[1]), int(strides[0]),
+                            int(strides[1]), int(dils[0]), int(dils[1]), bool(is_max))
     return out
 
 
@@ -108,8 +161,8 @@ def warm_up() -> None:
     """
     for dt in (np.float32, np.float64):
         xp = np.zeros((1, 2, 3, 3), dt)
-        conv2d_direct(xp, np.ones((2, 1, 3, 3), dt), np.zeros((1, 2, 1, 1), dt), (1, 1), (1, 1), 2)
-        conv2d_plane(xp, np.ones((2, 1, 3, 3), dt), np.zeros((1, 2, 1, 3), dt), (1, 1), 2)
+        conv2d_phases(xp, np.ones((2, 1, 3, 3), dt), None, (2, 2), (1, 1), (1, 1, 1, 1), (2, 2))
         hard_swish_(np.zeros(2, dt))
+        pool2d(xp, (2, 2), (1, 1), (1, 1), (1, 1), True)
     erf32_(np.zeros(2, np.float32))
     gelu32_(np.zeros(2, np.float32))

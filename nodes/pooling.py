@@ -21,6 +21,7 @@ from nodes.conv import (
     window_attrs,
     window_geometry,
 )
+from nodes.kernels import pool2d
 from nodes.registry import register
 from nodes.rules import WINDOW_RULES
 from nodes.spec import (
@@ -114,6 +115,8 @@ def separable_reduce(xp: np.ndarray, kernel: Sequence[int], out: Sequence[int], 
     columns does k_h + k_w strided passes instead of k_h * k_w (about 1.6x faster measured).
     Always returns a new array.
     """
+    if xp.ndim == 4 and xp.dtype in (np.float32, np.float64) and op in (np.maximum, np.add) and min(out) > 0:
+        return pool2d(xp, kernel, out, strides, dils, op is np.maximum)
     r = xp
     fresh = False
     for a, (k, o, st, d) in enumerate(zip(kernel, out, strides, dils)):
