@@ -258,3 +258,19 @@ def pool2d_separable(xp, out, kh, kw, sy, sx, dh, dw, is_max):  # pragma: no cov
                             m = m + v
                     dst[ox] = m
 
+
+@njit(cache=True, nogil=True)
+def hard_swish_chain(x, c, lo, hi, k, mode):  # pragma: no cover - compiled
+    # in place: t = clip(x + c, lo, hi); x = (x * t) / k, (x * t) * k, x * (t / k) or x * (t * k)
+    # for mode 0-3: a spelled-out HardSwish, each operation rounded in x's type as numpy does
+    for i in range(x.size):
+        v = x[i]
+        t = np.minimum(np.maximum(v + c, lo), hi)
+        if mode == 0:
+            x[i] = (v * t) / k
+        elif mode == 1:
+            x[i] = (v * t) * k
+        elif mode == 2:
+            x[i] = v * (t / k)
+        else:
+            x[i] = v * (t * k)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -150,6 +151,16 @@ def hard_swish_(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 
 
+def hard_swish_chain_(x: np.ndarray, c: Any, lo: Any, hi: Any, k: Any, mode: int) -> np.ndarray:
+    """A spelled-out HardSwish in one pass, in place: t = clip(x + c, lo, hi), then (x * t) / k,
+    (x * t) * k, x * (t / k) or x * (t * k) for ``mode`` 0-3 (the orders exporters write it in).
+    Each operation rounds in x's dtype as the numpy op chain does (same numbers). ``x`` must be
+    a C-contiguous float array and the constants of its dtype."""
+    dt = x.dtype.type
+    _jit().hard_swish_chain(x.reshape(-1), dt(c), dt(lo), dt(hi), dt(k), int(mode))
+    return x
+
+
 def warm_up() -> None:
     """Compile (first process after an install) or load from numba's cache every kernel, for
     float32 and float64, now instead of inside the first run that needs one.
@@ -164,5 +175,6 @@ def warm_up() -> None:
         conv2d_phases(xp, np.ones((2, 1, 3, 3), dt), None, (2, 2), (1, 1), (1, 1, 1, 1), (2, 2))
         hard_swish_(np.zeros(2, dt))
         pool2d(xp, (2, 2), (1, 1), (1, 1), (1, 1), True)
+        hard_swish_chain_(np.zeros(2, dt), 3, 0, 6, 6, 0)
     erf32_(np.zeros(2, np.float32))
     gelu32_(np.zeros(2, np.float32))
