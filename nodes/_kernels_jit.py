@@ -274,3 +274,23 @@ def hard_swish_chain(x, c, lo, hi, k, mode):  # pragma: no cover - compiled
             x[i] = v * (t / k)
         else:
             x[i] = v * (t * k)
+
+
+@njit(cache=True, nogil=True, fastmath=_FAST)
+def depthwise_nhwc(xp, w, out, sy, sx, dh, dw):  # pragma: no cover - compiled
+    # a depthwise convolution channels-last: xp (N, Hp, Wp, C) padded, w (kh, kw, C), out
+    # (N, OH, OW, C) holding the bias; per output pixel and tap one contiguous FMA loop over the
+    # channels (the taps in the order (ky, kx), as conv2d_phase adds them)
+    n_batch, oh, ow, c = out.shape
+    kh, kw = w.shape[0], w.shape[1]
+    for n in range(n_batch):
+        for oy in range(oh):
+            for ox in range(ow):
+                d = out[n, oy, ox]
+                for ky in range(kh):
+                    row = xp[n, oy * sy + ky * dh]
+                    for kx in range(kw):
+                        src = row[ox * sx + kx * dw]
+                        wt = w[ky, kx]
+                        for ch in range(c):
+                            d[ch] += wt[ch] * src[ch]

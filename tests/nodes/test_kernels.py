@@ -36,6 +36,9 @@ _DIRECT = [
     # planes larger than one band of the kernel (PHASE_BAND output positions), at stride 1 and 2
     ((1, 3, 100, 90), 3, 1, (5, 5), {"pads": [2, 2, 2, 2]}),
     ((1, 2, 131, 120), 2, 1, (7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}),
+    # many channels on small planes: the channels-last kernel (nodes.kernels.NHWC_PLANE)
+    ((2, 64, 14, 14), 64, 1, (5, 5), {"strides": [2, 2], "pads": [2, 1, 2, 1], "dilations": [1, 2]}),
+    ((1, 40, 5, 7), 40, 1, (3, 3), {"pads": [1, 0, 1, 0]}),
 ]
 
 
