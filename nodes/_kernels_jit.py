@@ -294,3 +294,38 @@ def depthwise_nhwc(xp, w, out, sy, sx, dh, dw):  # pragma: no cover - compiled
                         wt = w[ky, kx]
                         for ch in range(c):
                             d[ch] += wt[ch] * src[ch]
+
+
+@njit(cache=True, nogil=True)
+def channel_chain(x, codes, params):  # pragma: no cover - compiled
+    # in place on x (N, C, S): per channel row, each op of the chain in turn (the row stays in
+    # cache): 0 x*p, 1 x+p, 2 x-p, 3 p-x, 4 x/p, 5 p/x, 6 max(x, 0); p = params[op, channel].
+    # Each op rounds in x's type, as the numpy op does.
+    n_batch, c, s = x.shape
+    for n in range(n_batch):
+        for ch in range(c):
+            row = x[n, ch]
+            for k in range(codes.size):
+                code = codes[k]
+                p = params[k, ch]
+                if code == 0:
+                    for i in range(s):
+                        row[i] = row[i] * p
+                elif code == 1:
+                    for i in range(s):
+                        row[i] = row[i] + p
+                elif code == 2:
+                    for i in range(s):
+                        row[i] = row[i] - p
+                elif code == 3:
+                    for i in range(s):
+                        row[i] = p - row[i]
+                elif code == 4:
+                    for i in range(s):
+                        row[i] = row[i] / p
+                elif code == 5:
+                    for i in range(s):
+                        row[i] = p / row[i]
+                else:
+                    for i in range(s):
+                        row[i] = np.maximum(row[i], 0)

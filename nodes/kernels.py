@@ -190,6 +190,14 @@ def hard_swish_chain_(x: np.ndarray, c: Any, lo: Any, hi: Any, k: Any, mode: int
     return x
 
 
+def channel_chain_(x: np.ndarray, codes: np.ndarray, params: np.ndarray) -> np.ndarray:
+    """Per-channel elementwise ops (codes: 0 x*p, 1 x+p, 2 x-p, 3 p-x, 4 x/p, 5 p/x, 6 max(x, 0))
+    applied in turn to every channel row of C-contiguous float ``x`` (N, C, ...) in place, each
+    rounded as its numpy op; ``params`` (ops, C) of x's dtype."""
+    _jit().channel_chain(x.reshape(x.shape[0], x.shape[1], -1), codes, params)
+    return x
+
+
 def warm_up() -> None:
     """Compile (first process after an install) or load from numba's cache every kernel, for
     float32 and float64, now instead of inside the first run that needs one.
@@ -206,5 +214,6 @@ def warm_up() -> None:
         pool2d(xp, (2, 2), (1, 1), (1, 1), (1, 1), True)
         _depthwise_nhwc(xp, np.ones((2, 1, 3, 3), dt), None, (1, 1), (1, 1), (1, 1, 1, 1), (3, 3))
         hard_swish_chain_(np.zeros(2, dt), 3, 0, 6, 6, 0)
+        channel_chain_(np.zeros((1, 2, 2), dt), np.arange(7, dtype=np.int64), np.ones((7, 2), dt))
     erf32_(np.zeros(2, np.float32))
     gelu32_(np.zeros(2, np.float32))

@@ -15,6 +15,10 @@ folded on the first run):
   the producer's step on the producer's fresh output buffer (the consumer's own kernel with
   that input donated, so the arithmetic is the unfused one). ``x * Sigmoid(x)`` (SiLU) fuses
   the same way. This saves the per-step dispatch and a buffer.
+- Two or more per-channel post-ops in a row (a decomposed BatchNormalization's Mul and Add, a
+  Relu, Sub/Div by a per-channel constant; a standalone BatchNormalization counts as a
+  producer, its dying input donated): one ChannelChain pass over each channel's row in cache
+  (nodes.kernels.channel_chain_), the same operations in the same order (same numbers).
 - HardSwish spelled out as y * clip(y + 3, 0, 6) / 6 (Add, Clip, Mul, Div or Mul in the four
   orders exporters write; PaddleOCR's models hold 9-18 of them) on a Conv/Gemm/MatMul output
   whose only readers are the Add and the Mul: one compiled in-place pass over the producer's
@@ -40,8 +44,12 @@ from engine.passes.fuse_bn import bn_affine
 from nodes import registry
 from nodes.spec import RunContext
 
-FRESH_PRODUCERS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
-"""Default-domain ops whose kernel always returns a new buffer nothing else holds."""
+FRESH_PRODUCERS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "BatchNormalization"})
+"""Default-domain ops whose kernel always returns a buffer nothing else holds (a new one, or for
+BatchNormalization its donated dying input)."""
+
+CHANNEL_OPS = {"Mul": (0, 0), "Add": (1, 1), "Sub": (2, 3), "Div": (4, 5)}
+"""Binary ops a channel chain takes: (code with the chained value first, code with it second)."""
 
 
 @dataclass
@@ -96,6 +104,88 @@ class HardSwishChain:
         for fn, ctx, inputs, out in self.steps:
             env[out] = _array(fn(ctx, *[env[n] if n in env else self.consts.get(n) for n in inputs]))
         return env[self.steps[-1][3]]
+
+
+def _chainable(p: PostOp) -> bool:
+    op = p.ctx.node.op_type
+    return p.extra is None and not p.ctx.node.domain and p.ctx.opset >= 7 and (
+        op in ("Relu", "BatchNormalization") or (op in CHANNEL_OPS and len(p.args) == 2))
+
+
+def _chain_channel_ops(posts: list[PostOp]) -> tuple[PostOp, ...]:
+    """Runs of two or more per-channel post-ops (BatchNormalization, Relu, Mul/Add/Sub/Div by a
+    constant) become one ChannelChain post-op."""
+    out: list[PostOp] = []
+    run: list[PostOp] = []
+    for p in [*posts, None]:
+        if p is not None and _chainable(p):
+            run.append(p)
+            continue
+        if len(run) >= 2:
+            out.append(PostOp(ChannelChain(tuple(run)), run[0].ctx, (None,), 0))
+        else:
+            out.extend(run)
+        run = []
+        if p is not None:
+            out.append(p)
+    return tuple(out)
+
+
+class ChannelChain:
+    """Per-channel post-ops (a decomposed BatchNormalization's Mul and Add, a Relu, ...) in one
+    compiled pass over each channel's row, in cache (nodes.kernels.channel_chain_): the same
+    operations in the same order as the ops' kernels, so the same numbers. The first run with a
+    shape runs the kernels one by one (BatchNormalization keeps its scale and shift then) and
+    builds the chain's per-channel parameters; a shape or constant the chain cannot take keeps
+    the kernels."""
+
+    def __init__(self, posts: tuple[PostOp, ...]) -> None:
+        self.posts = posts
+        self.progs: dict[tuple, Any] = {}
+
+    def __call__(self, _ctx: RunContext, y: Any) -> Any:
+        key = (np.shape(y), getattr(y, "dtype", None))
+        prog = self.progs.get(key)
+        if prog is not None and prog is not False and y.flags.c_contiguous and y.flags.writeable:
+            from nodes.kernels import channel_chain_
+
+            return channel_chain_(y, *prog)
+        out = run_post(self.posts, y)
+        if prog is None:
+            self.progs[key] = self._build(key[0], key[1]) or False
+        return out
+
+    def _build(self, shape: tuple[int, ...], dtype: Any) -> tuple[np.ndarray, np.ndarray] | None:
+        if dtype not in (np.float32, np.float64) or len(shape) < 2 or not all(shape):
+            return None
+        c = shape[1]
+        codes: list[int] = []
+        params: list[np.ndarray] = []
+        for p in self.posts:
+            op = p.ctx.node.op_type
+            if op == "Relu":
+                codes.append(6)
+                params.append(np.zeros(c, dtype))
+            elif op == "BatchNormalization":
+                hit = p.ctx.cache.get("affine")
+                if hit is None or hit[0] != (shape, dtype):
+                    return None
+                for code, v in ((0, hit[2][0]), (1, hit[2][1])):
+                    if v.dtype != dtype or v.size != c:
+                        return None
+                    codes.append(code)
+                    params.append(v.reshape(c))
+            else:
+                k = np.asarray(p.args[1 - p.slot])
+                lead = (1,) * (len(shape) - k.ndim)
+                if k.dtype != dtype or k.ndim > len(shape) or np.broadcast_shapes(k.shape, shape) != shape:
+                    return None
+                full = k.reshape(lead + k.shape)
+                if k.size != 1 and (full.shape[1] != c or full.size != c):
+                    return None
+                codes.append(CHANNEL_OPS[op][p.slot])
+                params.append(np.broadcast_to(k.reshape(-1), (c,)) if k.size == 1 else full.reshape(c))
+        return np.array(codes, np.int64), np.ascontiguousarray(np.stack(params).astype(dtype, copy=False))
 
 
 def _array(res: Any) -> Any:
@@ -197,7 +287,7 @@ class _Fuser:
             else:
                 self.absorb(k, j)  # type: ignore[arg-type]
             posts.append(post)
-        step.post = tuple(posts)
+        step.post = _chain_channel_ops(posts)
 
     def post_op(self, k: int, j: int) -> PostOp | None:
         """Step j as a post-op on step k's output, when it runs in place with constant other inputs."""
