@@ -271,13 +271,17 @@ def conv_macs(shape: Sequence[Dim] | None, w_shape: Sequence[Dim] | None) -> int
     return prod(shape) * prod(w_shape[1:])  # type: ignore[arg-type]
 
 
-IM2COL_CHUNK_BYTES = 2 << 20
-"""Largest im2col buffer built at once; bigger convolutions are computed in bands of output rows
-of about IM2COL_BAND_BYTES, so each band's columns are written and multiplied while in cache
-(measured, BLAS 1 thread: a 96-channel 80x80 3x3 conv to 24 channels 10.5 -> 6.6 ms, 64ch
-56x56 5.6 -> 4.0, 24ch 160x160 2x2 4.5 -> 2.8; one 22 MB buffer streamed through memory twice)."""
+IM2COL_CHUNK_BYTES = 32 << 20
+"""Largest im2col buffer built at once; bigger convolutions are computed in bands of output rows."""
 
 IM2COL_BAND_BYTES = 1 << 20
+IM2COL_BAND_WEIGHTS = 256 << 10
+"""A convolution whose weights fit IM2COL_BAND_WEIGHTS (in cache beside a band) and whose
+columns pass 2 x IM2COL_BAND_BYTES is computed in bands of output rows of about
+IM2COL_BAND_BYTES, so each band's columns are written and multiplied while in cache (measured,
+BLAS 1 thread: a 96-channel 80x80 3x3 conv to 24 channels 10.5 -> 6.6 ms, 64ch 56x56 5.6 ->
+4.0, 24ch 160x160 2x2 4.5 -> 2.8; one 22 MB buffer streamed through memory twice). Larger
+weights would be streamed again for every band (VGG's 512-channel layers slowed down)."""
 
 
 def conv_gemm(ctx: NodeContext, x_index: int = 0, w_index: int = 1, transposed: bool = False) -> list[Gemm] | None:
@@ -345,10 +349,11 @@ def conv_nd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequenc
         view = window_view(xp, kernel, out, strides, dils)
         wk = w.reshape(m, cg * ktot) if group == 1 else w.reshape(group, mg, cg * ktot)
         row_bytes = n_batch * c_in * ktot * (p // out[0]) * x.itemsize
-        if row_bytes * out[0] <= IM2COL_CHUNK_BYTES:
+        banded = row_bytes * out[0] > 2 * IM2COL_BAND_BYTES and wk.nbytes <= IM2COL_BAND_WEIGHTS
+        if row_bytes * out[0] <= IM2COL_CHUNK_BYTES and not banded:
             y = _im2col_matmul(view, wk, n_batch, group, cg * ktot)
         else:  # bounded workspace: im2col a band of output rows at a time
-            rows = max(1, IM2COL_BAND_BYTES // max(row_bytes, 1))
+            rows = max(1, (IM2COL_BAND_BYTES if banded else IM2COL_CHUNK_BYTES) // max(row_bytes, 1))
             y = np.empty((n_batch, m, *out), dtype=cdt)
             axis = 2 + len(kernel)
             for r0 in range(0, out[0], rows):
