@@ -51,6 +51,7 @@ from engine.quant.data import ImagePreprocess
 log = logging.getLogger(__name__)
 
 DEBOUNCE_MS = 150
+TYPES_POLL_MS = 40  # a compile due while the document re-infers an edit's types looks again this often
 LIVE_NODE_LIMIT = 5000  # above this, edits do not recompile by themselves (F5 does)
 SUSTAINED_DELAY_MS = 400  # thermal/stream runs wait until the charts of a result are drawn
 STATES = ("idle", "running", "ready", "failed")
@@ -92,7 +93,6 @@ class AnalysisController(QObject):
         self._timer.setInterval(DEBOUNCE_MS)
         self._timer.timeout.connect(self._start_compile)
         self._task: ProcessTask | None = None
-        self._wait_for_types = False  # a compile waits for the document's re-inference of an edit
         self._superseded: list[ProcessTask] = []  # older compiles left to the worker (see the module docstring)
         self._owner = uuid.uuid4().hex  # this controller's requests, among every window's in the worker
         self._resim: ProcessTask | None = None
@@ -179,9 +179,6 @@ class AnalysisController(QObject):
     def _on_doc_analysis_changed(self, _names: object = None) -> None:
         if self.doc is None:
             return
-        if self._wait_for_types and not self.doc.types_pending:
-            self._wait_for_types = False
-            self._start_compile()
         if (self.doc.target_name or None) != (self.settings.target or None):
             self.set_target(self.doc.target_name)
 
@@ -268,8 +265,8 @@ class AnalysisController(QObject):
         doc = self.doc
         if doc is None:
             return
-        if doc.types_pending:  # compile the edit's types, not the copy's of before it
-            self._wait_for_types = True
+        if doc.types_pending:  # compile the edit's types, not the copy's of before it: look again soon
+            self._timer.start(TYPES_POLL_MS)
             return
         target = self.target
         if target is None:
@@ -328,10 +325,9 @@ class AnalysisController(QObject):
 
     def cancel(self) -> None:
         """Stop the running compile, or the one due (the last result stays)."""
-        due = self._timer.isActive() or self._wait_for_types
+        due = self._timer.isActive()
         self._timer.stop()
         self._sustained_timer.stop()
-        self._wait_for_types = False
         for task in (self._task, *self._superseded, self._resim, self._preview, self._sustained):
             if task is not None:
                 task.cancel()
@@ -386,7 +382,7 @@ class AnalysisController(QObject):
     @property
     def busy(self) -> bool:
         """True while a compile is pending or running."""
-        return self._timer.isActive() or self._task is not None or self._wait_for_types
+        return self._timer.isActive() or self._task is not None
 
     def wait_until_idle(self, timeout: float = 60.0) -> bool:
         """Process events until no compile is pending or running (tests, screenshots)."""
