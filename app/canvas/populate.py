@@ -7,6 +7,10 @@ graph down. An edge item appears with the later of its two ends. While items are
 missing, the overview drawing and the scene's bounds come from the layout, so zooming out
 shows the whole graph at once.
 
+A large graph is made *on demand* (``lazy``): only what the views show, plus a margin, ever
+gets items; panning or zooming to another region makes its items then, and the rest of the
+graph stays plain arrays here (the overview, the minimap, find and the bounds read them).
+
 Plain arrays and indices here; the scene makes the items (``GraphScene.populate``).
 """
 
@@ -31,9 +35,12 @@ VIEW_MARGIN = 0.25  # of the visible rectangle's size, on each side: made before
 class Populator:
     """Which items of one layout are still to make, nearest to the views first."""
 
-    def __init__(self, snapshot: GraphSnapshot, result: LayoutResult) -> None:
+    def __init__(self, snapshot: GraphSnapshot, result: LayoutResult, lazy: bool = False,
+                 version: int = 0) -> None:
         self.snapshot = snapshot
         self.result = result
+        self.lazy = lazy  # only what the views show is made (see the module docstring)
+        self.version = version  # of the graph when these items began: a later edit may add edges
         ix = result.index if result.index is not None else index_layout(snapshot.data, result)
         self.x0, self.y0, self.x1, self.y1 = ix.x0, ix.y0, ix.x1, ix.y1
         self.e_u, self.e_v = ix.e_u, ix.e_v
@@ -48,6 +55,7 @@ class Populator:
         self._inc_at = ix.incident_at.tolist()
         self._view: tuple[float, float, float, float] | None = None
         self._near: list[int] = []
+        self._index: dict[Any, int] | None = None
 
     # -- what to make next ---------------------------------------------------------------------
     def look_at(self, rects: list[QRectF]) -> None:
@@ -83,6 +91,8 @@ class Populator:
             i = self._near.pop()
             if self.pending[i]:
                 return i
+        if self.lazy:
+            return None  # the rest waits until a view shows it
         order = self._order
         while self._cursor < len(order):
             i = order[self._cursor]
@@ -103,6 +113,19 @@ class Populator:
                 self.edge_pending[j] = False
                 ready.append(j)
         return ready
+
+    def index_of(self, key: Any) -> int | None:
+        """The layout index of a layout key (``id(node)``, ``("in", name)``, ``("out", k)``)."""
+        if self._index is None:
+            self._index = {k: i for i, k in enumerate(self.snapshot.keys)}
+        return self._index.get(key)
+
+    def pending_extent(self) -> tuple[float, float, float, float] | None:
+        """(left, top, right, bottom) of the boxes still to make, or None when none is."""
+        if not self.left:
+            return None
+        p = self.pending
+        return (float(self.x0[p].min()), float(self.y0[p].min()), float(self.x1[p].max()), float(self.y1[p].max()))
 
     def path(self, j: int) -> Any:
         """The curve of edge ``j`` as laid out (see ``edge_path``)."""
