@@ -292,7 +292,7 @@ class MainWindow(QMainWindow):
         doc = Document(loaded.graph, loaded.model_path, sha256=loaded.sha256, project=proj,
                        project_path=loaded.project_path, recovery_dir=self.recovery_dir,
                        target=target if target is not None else (proj.target if proj else self._current_target()),
-                       parent=self, fingerprint=loaded.fingerprint)
+                       parent=self, fingerprint=loaded.fingerprint, baseline=loaded.baseline)
         if self.autosave_delay_ms is not None:
             doc.autosave_delay_ms = self.autosave_delay_ms
         if restored:

@@ -31,7 +31,7 @@ class OnDemandItems:
         items that exist (after an edit since the layout: from the graph as it is now)."""
         nodes, inputs, routes = self._pop_context
         key = pop.snapshot.keys[i]
-        pos = QPointF(*self._layout_pos(pop, i))
+        pos = QPointF(*self._layout_pos(pop, i))  # nodes: per layout index (see GraphScene.populate)
         item: _PortedItem | None = None
         if isinstance(key, tuple):
             if key[0] == "in":
@@ -41,7 +41,7 @@ class OnDemandItems:
             elif key[1] < len(self.graph.outputs) and key[1] not in self.output_items:
                 item = self._add_io_item(False, key[1], self.graph.outputs[key[1]], pos)
         else:
-            node = nodes.get(key)
+            node = nodes[i]
             if node is not None and node.graph is self.graph and key not in self.node_items:
                 item = self._add_node_item(node, pos)
         for j in pop.made(i):
@@ -103,10 +103,10 @@ class OnDemandItems:
         pop = self._populator
         if pop is None or not pop.left:
             return []
-        nodes, keys = self._pop_context[0], pop.snapshot.keys
+        nodes = self._pop_context[0]
         out = []
         for i in pop.pending.nonzero()[0].tolist():
-            n = nodes.get(keys[i])
+            n = nodes[i]
             if n is not None and n.graph is self.graph:
                 out.append(n)
         return out
@@ -173,7 +173,7 @@ class OnDemandItems:
             idx = pop.pending.nonzero()[0]
             for i, x, y, w, h in zip(idx.tolist(), pop.x0[idx].tolist(), pop.y0[idx].tolist(),
                                      (pop.x1[idx] - pop.x0[idx]).tolist(), (pop.y1[idx] - pop.y0[idx]).tolist()):
-                n = nodes.get(keys[i])
+                n = nodes[i]
                 if n is not None and n.graph is self.graph:
                     dx, dy = pop.snapshot.offsets.get(keys[i], (0.0, 0.0))
                     out.append((x + dx, y + dy, w, h, n))

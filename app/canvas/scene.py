@@ -31,7 +31,7 @@ from app.canvas.on_demand import OnDemandItems
 from app.canvas.overview_item import OverviewItem
 from app.canvas.populate import Populator
 from app.canvas.port_item import PORT_HIT, PortItem
-from app.canvas.snapshot import GraphSnapshot
+from app.canvas.snapshot import GraphSnapshot, routes_by_key
 from app.placement import NodeStatus
 from app.runtime import collections_paused
 from engine.ir.events import (
@@ -148,8 +148,12 @@ class GraphScene(OnDemandItems, QGraphicsScene):
         self._populator = pop
         self._view_ready_sent = self._lazy_shown = False
         keys = snapshot.keys
-        self._pop_context = ({id(n): n for n in self.graph.nodes}, {v.name: v for v in self.graph.inputs},
-                             {(keys[u], keys[v]): pts for (u, v), pts in result.routes.items()})
+        nodes = snapshot.nodes
+        if len(nodes) != len(keys):  # a snapshot without them: one pass over the graph
+            by_id = {id(n): n for n in self.graph.nodes}
+            nodes = [None if isinstance(k, tuple) else by_id.get(k) for k in keys]
+        routes = result.key_routes if result.key_routes is not None else routes_by_key(snapshot, result)
+        self._pop_context = (nodes, {v.name: v for v in self.graph.inputs}, routes)
         # The scene rectangle first: changing it later rebuilds the item index over every item.
         self.setSceneRect(QRectF(0, 0, result.width, result.height).adjusted(-400, -300, 400, 300))
         self._bounds = QRectF(0.0, 0.0, result.width, result.height)  # where the layout puts them
@@ -281,7 +285,7 @@ class GraphScene(OnDemandItems, QGraphicsScene):
             for _ in self._populating:
                 pass
             self._populating = None
-        routes = {(snapshot.keys[u], snapshot.keys[v]): pts for (u, v), pts in result.routes.items()}
+        routes = result.key_routes if result.key_routes is not None else routes_by_key(snapshot, result)
         for i, key in enumerate(snapshot.keys):
             item = self.item_for_key(key)
             if item is None:
