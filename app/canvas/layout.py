@@ -11,6 +11,8 @@ Steps, each linear or near-linear in nodes + edges so 50,000 nodes lay out in se
    that branches off near each consumer), which keeps skip connections readable.
 4. Crossing reduction: barycenter sweeps down and up, keeping the best order found (crossings
    are counted exactly for graphs of moderate size).
+   A graph of more than LARGE nodes is layered a second time with its linear chains collapsed
+   into one tall box each (app/canvas/chains.py), so steps 3-5 visit one row per chain.
 5. Coordinates: each layer is placed as close as possible to the weighted mean of its
    neighbours (dummy-dummy edges weigh most, so long edges run straight) subject to the
    minimum spacing and the order, solved exactly per layer with pool-adjacent-violators.
@@ -28,6 +30,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from app.canvas.chains import collapse_chains, expand_positions
 
 LAYER_GAP = 46.0  # vertical space between layer rows (room for edges and labels)
 NODE_GAP = 28.0  # horizontal space between neighbouring nodes
@@ -66,6 +70,7 @@ class LayoutResult:
     height: float
     crossings: int | None = None
     index: LayoutIndex | None = None  # made by the worker that laid out (see index_layout)
+    key_routes: dict | None = None  # ``routes`` by layout key (app/canvas/snapshot.routes_by_key)
 
 
 @dataclass
@@ -155,9 +160,21 @@ def layered_layout(data: LayoutInput, progress: Progress | None = None,
         pred[v].append(u)
     layer, live = _assign_layers(n, order, succ, pred, data.pinned_top)
     _check(cancelled)
+    # A large graph's linear chains are laid out as one box each (app/canvas/chains.py).
+    chains = collapse_chains(n, order, dag, dag_ports, succ, pred, layer, live, data.sizes, data.pinned_top,
+                             LAYER_GAP) if n > LARGE else None
+    sizes: Sequence[tuple[float, float]] = data.sizes
+    if chains is not None:
+        m = len(chains.members)
+        succ, pred = [[] for _ in range(m)], [[] for _ in range(m)]
+        for u, v in chains.dag:
+            succ[u].append(v)
+            pred[v].append(u)
+        layer, live = _assign_layers(m, chains.order, succ, pred, chains.pinned)
+        dag, dag_ports, sizes = chains.dag, chains.ports, chains.sizes
     progress(0.1, "routing long edges")
-    graph = _LayerGraph(n, layer, live)
-    graph.build(dag, dag_ports, data.sizes)
+    graph = _LayerGraph(len(sizes), layer, live)
+    graph.build(dag, dag_ports, sizes)
     _check(cancelled)
     progress(0.2, "reducing crossings")
     crossings = graph.reduce_crossings(progress, cancelled)
@@ -166,6 +183,10 @@ def layered_layout(data: LayoutInput, progress: Progress | None = None,
     _check(cancelled)
     progress(0.9, "finishing")
     result = graph.result(data.edges, crossings)
+    if chains is not None:
+        result = LayoutResult(expand_positions(chains, result.positions, data.sizes, LAYER_GAP),
+                              {chains.original_edge[e]: pts for e, pts in result.routes.items()},
+                              [result.layers[chains.rep[v]] for v in range(n)], result.width, result.height, crossings)
     result.index = index_layout(data, result)  # here, off the GUI thread
     return result
 
