@@ -44,6 +44,7 @@ class OnDemandItems:
             node = nodes[i]
             if node is not None and node.graph is self.graph and key not in self.node_items:
                 item = self._add_node_item(node, pos)
+                item.layout_index = i  # type: ignore[attr-defined]
         for j in pop.made(i):
             self._populate_edge(pop, j, routes)
         if isinstance(item, NodeItem):
@@ -87,6 +88,36 @@ class OnDemandItems:
             if isinstance(item, NodeItem):
                 out.append(item)
         return out
+
+    def trim_items(self: Any, budget: int) -> int:
+        """Drop the node items beyond ``budget`` that no view shows (with a margin of a view
+        each way) and that hold nothing of their own: not selected, not moved from where the
+        layout put them, not an expanded group, no gesture under way. Their nodes go back to
+        the layout's arrays, made again when a view shows them. Returns how many were dropped."""
+        pop = self._populator
+        if pop is None or not pop.lazy or len(self.node_items) <= budget or self._drag or self._press_pos:
+            return 0
+        rects = [v.mapToScene(v.viewport().rect()).boundingRect() for v in self.views()]
+        if not rects:
+            return 0
+        r = rects[0]
+        for other in rects[1:]:
+            r = r.united(other)
+        keep = r.adjusted(-r.width(), -r.height(), r.width(), r.height())
+        dropped = 0
+        for key, item in list(self.node_items.items()):
+            i = getattr(item, "layout_index", None)
+            if i is None or item.isSelected() or key in self.expanded or key in self._stale_items:
+                continue
+            if keep.intersects(item.sceneBoundingRect()) or item.pos() != QPointF(*self._layout_pos(pop, i)):
+                continue
+            for e in list(item.edges):
+                self._drop_edge(e.key)
+            del self.node_items[key]
+            self.removeItem(item)
+            pop.unmade(i)
+            dropped += 1
+        return dropped
 
     def _drop_all_items(self: Any) -> None:
         for key in list(self.edges):

@@ -114,10 +114,22 @@ class Populator:
                 ready.append(j)
         return ready
 
+    def unmade(self, i: int) -> None:
+        """Index ``i``'s item was dropped (out of every view, on demand): it and its edges are
+        to make again when a view shows it."""
+        if self.pending[i]:
+            return
+        self.pending[i] = True
+        self.left += 1
+        self.edge_pending[self._inc[self._inc_at[i]:self._inc_at[i + 1]]] = True
+        self._view = None  # the next look finds it again
+
     def index_of(self, key: Any) -> int | None:
         """The layout index of a layout key (``id(node)``, ``("in", name)``, ``("out", k)``)."""
         if self._index is None:
-            self._index = {k: i for i, k in enumerate(self.snapshot.keys)}
+            keys = self.snapshot.keys
+            self._index = self.snapshot.index if len(self.snapshot.index) == len(keys) else {
+                k: i for i, k in enumerate(keys)}
         return self._index.get(key)
 
     def pending_extent(self) -> tuple[float, float, float, float] | None:

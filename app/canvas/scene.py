@@ -53,6 +53,7 @@ OVERVIEW_MIN_ITEMS = 600  # below this many nodes every item is always drawn
 OVERVIEW_SCALE = 0.28  # zoomed out beyond this, large graphs are drawn by the overview item
 SLICE_SECONDS = 0.015  # GUI time per chunk of item creation (other work shares the GIL)
 LAZY_MIN_ITEMS = 4000  # from this many layout boxes on, items exist only where a view looks
+ITEM_BUDGET = 3000  # on demand: beyond this many node items, those far from every view go
 _UNPLACED = NodeStatus()
 
 
@@ -202,6 +203,7 @@ class GraphScene(OnDemandItems, QGraphicsScene):
             self._announce_view_ready()
         if idle:
             self._idle = True
+            self.trim_items(ITEM_BUDGET)
             if not self._lazy_shown:
                 self._lazy_shown = True
                 QTimer.singleShot(0, self._announce_shown)  # its listeners get a slice of their own
@@ -257,7 +259,11 @@ class GraphScene(OnDemandItems, QGraphicsScene):
             v = item.node.input(slot[1]) if item is not None else None
         if v is None:
             return
-        paths = {slot: pop.path(j)} if _source_key(v) == src_key else None
+        u, w = pop.snapshot.data.edges[j]
+        ends = (self.item_for_key(src_key), self.item_for_key(pop.snapshot.keys[w]))
+        as_laid_out = all(e is not None and e.pos() == QPointF(*self._layout_pos(pop, k))
+                          for e, k in zip(ends, (u, w)))  # else (an end moved) the path follows the ports
+        paths = {slot: pop.path(j)} if _source_key(v) == src_key and as_laid_out else None
         if isinstance(slot[0], tuple):
             self._set_output_edge(slot[0][1], routes, paths)
         else:

@@ -28,6 +28,7 @@ class GraphSnapshot:
     # Per key: the node it stands for (None for graph inputs and outputs), so the GUI thread
     # finds a key's node without a pass over the graph (items made on demand).
     nodes: list[Any] = field(default_factory=list)
+    index: dict[Any, int] = field(default_factory=dict)  # key -> its position in ``keys``
 
 
 def routes_by_key(snapshot: GraphSnapshot, result: LayoutResult) -> dict[tuple[Any, Any], list[tuple[float, float]]]:
@@ -102,7 +103,7 @@ def take_snapshot(graph: Graph, expanded: Iterable[int] = ()) -> GraphSnapshot:
             ports.append((_out_dx(v, n_outs, graph), 0.0))
     top = {i for i, k in enumerate(keys) if isinstance(k, tuple) and k[0] == "in"}
     nodes = [None] * len(graph.inputs) + list(graph.nodes) + [None] * len(graph.outputs)
-    return GraphSnapshot(keys, LayoutInput(sizes, edges, top, ports), offsets, slots, nodes)
+    return GraphSnapshot(keys, LayoutInput(sizes, edges, top, ports), offsets, slots, nodes, index)
 
 
 def _out_dx(v: Any, n_outs: dict[int, int], graph: Graph) -> float:

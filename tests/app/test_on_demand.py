@@ -109,3 +109,31 @@ def test_find_select_all_and_delete_reach_nodes_without_an_item_and_undo_puts_th
         assert (id(back), 0) in scene.edges, "the restored node's edge from its producer is missing"
     finally:
         close_window(win)
+
+
+def test_items_far_from_every_view_are_dropped_and_made_again_when_the_view_returns(qtbot, tmp_path, monkeypatch):
+    from app.canvas import scene as scene_module
+
+    monkeypatch.setattr(scene_module, "ITEM_BUDGET", 40)
+    win = _open(qtbot, tmp_path)
+    try:
+        scene, view = win.scene, win.view
+        top_rect = view.visible_scene_rect()
+        top = _laid_out_in(scene, top_rect)
+        first = next(iter(top))
+        moved = scene.items_named([first])[0]
+        scene.apply_positions({moved.key: moved.pos() + QPointF(30, 0)})  # the user's own position: kept
+        bounds = scene.graph_bounds()
+        for frac in (0.25, 0.5, 0.75, 1.0):  # down the graph, one region after another
+            view.centerOn(QPointF(bounds.center().x(), bounds.top() + frac * bounds.height() - 200))
+            wanted = _laid_out_in(scene, view.visible_scene_rect())
+            wait_for(lambda wanted=wanted: wanted <= _made(scene) and not scene.is_populating, 20, "the region's items")
+        assert not (top - {first}) & _made(scene), "the items of the first view stayed after it was left"
+        assert first in _made(scene) and shiboken6.isValid(moved), "an item the user moved was dropped"
+        assert len(scene.node_items) < 4 * 40
+        _assert_items_consistent(scene)
+        view.centerOn(top_rect.center())
+        wait_for(lambda: top <= _made(scene) and not scene.is_populating, 20, "the first view's items again")
+        _assert_items_consistent(scene)
+    finally:
+        close_window(win)
