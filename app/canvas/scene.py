@@ -286,6 +286,7 @@ class GraphScene(OnDemandItems, QGraphicsScene):
         if self._populator is not None and self._populator.lazy:  # on demand: made again where seen
             self._drop_all_items()
             self.populate(snapshot, result)
+            self._lazy_shown = self._view_ready_sent = True  # on screen already: not announced again
             return
         if self._populating is not None:  # the old layout's items first, then they all move
             for _ in self._populating:
@@ -488,6 +489,7 @@ class GraphScene(OnDemandItems, QGraphicsScene):
             r = self.graph_bounds()
             pos = QPointF(r.right() + 60, r.top() + 40)
         self._connect_all(self._add_node_item(node, pos))
+        self._bounds = None  # (on demand the layout's extent holds otherwise)
 
     def _connect_all(self, item: NodeItem) -> None:
         """Draw every edge of ``item``'s node whose other end has an item."""

@@ -78,6 +78,17 @@ def test_a_huge_graph_opens_with_only_its_view_itemised_and_a_far_region_gets_it
         assert scene.overview_mode
         scene.overview.rebuild()
         assert sum(len(r) for r in scene.overview._rects.values()) == NODES + 2
+        view.zoom_100()
+        shown = []
+        win.document_shown.connect(lambda: shown.append(1))
+        applied = []
+        apply_layout = scene.apply_layout
+        scene.apply_layout = lambda *a: (applied.append(1), apply_layout(*a))
+        win.relayout()  # Lay out again: the items are made again where the views look
+        wait_for(lambda: applied and not scene.is_populating
+                 and _laid_out_in(scene, view.visible_scene_rect()) <= _made(scene), 30, "the new layout")
+        _assert_items_consistent(scene)
+        assert len(scene.node_items) < NODES // 5 and not shown
     finally:
         close_window(win)
 
