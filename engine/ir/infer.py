@@ -150,4 +150,5 @@ def _maybe_evaluate(node: Node, spec, ctx: NodeContext, known: dict[str, np.ndar
             if arr.size <= KNOWN_VALUE_LIMIT:
                 known[out.name] = arr
                 out.type = _merge(out.type, TensorType.of(arr))
+    return True
 
