@@ -20,7 +20,7 @@ import itertools
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from PySide6.QtCore import QLineF, QPointF, QRectF
+from PySide6.QtCore import QRectF
 
 from app.canvas.edge_item import box_size, edge_path
 from app.canvas.layout import index_layout
@@ -56,6 +56,8 @@ class Populator:
         self._view: tuple[float, float, float, float] | None = None
         self._near: list[int] = []
         self._index: dict[Any, int] | None = None
+        self._item_boxes: np.ndarray | None = None
+        self._segments: tuple[np.ndarray, np.ndarray] | None = None
 
     # -- what to make next ---------------------------------------------------------------------
     def look_at(self, rects: list[QRectF]) -> None:
@@ -155,14 +157,45 @@ class Populator:
             out.append((key, QRectF(self.x0[i] + dx, self.y0[i] + dy, w, h)))
         return out
 
-    def pending_lines(self) -> list[QLineF]:
-        """Segments of every edge still to make, from the bottom centre of its source's box
-        through its bend points to the top centre of its target's box."""
-        routes, out = self.result.routes, []
-        for j in np.flatnonzero(self.edge_pending).tolist():
-            u, v = int(self.e_u[j]), int(self.e_v[j])
-            pts = [QPointF((self.x0[u] + self.x1[u]) / 2, self.y1[u]),
-                   *(QPointF(x, y) for x, y in routes.get((u, v), ())),
-                   QPointF((self.x0[v] + self.x1[v]) / 2, self.y0[v])]
-            out.extend(QLineF(a, b) for a, b in itertools.pairwise(pts))
-        return out
+    def item_boxes(self) -> np.ndarray:
+        """(x, y, width, height) of every layout index's item (its own rectangle inside the
+        layout box, ``box_size``), computed once per layout."""
+        if self._item_boxes is None:
+            keys = self.snapshot.keys
+            io = np.fromiter((isinstance(k, tuple) for k in keys), dtype=bool, count=len(keys))
+            (io_w, io_h), (w, h) = box_size(("in", "")), box_size(0)
+            bx, by = self.x0.copy(), self.y0.copy()
+            for key, (dx, dy) in self.snapshot.offsets.items():
+                i = self.index_of(key)
+                if i is not None:
+                    bx[i] += dx
+                    by[i] += dy
+            self._item_boxes = np.stack([bx, by, np.where(io, io_w, w), np.where(io, io_h, h)], axis=1)
+        return self._item_boxes
+
+    def edge_segments(self) -> tuple[np.ndarray, np.ndarray]:
+        """Straight segments of every laid-out edge, from the bottom centre of its source's box
+        through its bend points to the top centre of its target's box: (x1, y1, x2, y2) rows
+        and the edge index of each row; computed once per layout."""
+        if self._segments is None:
+            u, v = self.e_u, self.e_v
+            cx = (self.x0 + self.x1) / 2
+            rows = [np.stack([cx[u], self.y1[u], cx[v], self.y0[v]], axis=1)]
+            owner = [np.arange(len(u))]
+            routes = self.result.routes
+            if routes:
+                straight = np.ones(len(u), dtype=bool)
+                extra, extra_owner = [], []
+                for j, (a, b) in enumerate(zip(u.tolist(), v.tolist())):
+                    pts = routes.get((a, b))
+                    if pts:
+                        straight[j] = False
+                        chain = [(cx[a], self.y1[a]), *pts, (cx[b], self.y0[b])]
+                        extra.extend((p[0], p[1], q[0], q[1]) for p, q in itertools.pairwise(chain))
+                        extra_owner.extend([j] * (len(chain) - 1))
+                rows, owner = [rows[0][straight]], [owner[0][straight]]
+                if extra:
+                    rows.append(np.asarray(extra, dtype=float))
+                    owner.append(np.asarray(extra_owner, dtype=np.int64))
+            self._segments = (np.concatenate(rows), np.concatenate(owner))
+        return self._segments

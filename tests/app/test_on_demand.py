@@ -77,7 +77,7 @@ def test_a_huge_graph_opens_with_only_its_view_itemised_and_a_far_region_gets_it
         view.zoom_to_fit()  # far out: the overview draws every node from the layout
         assert scene.overview_mode
         scene.overview.rebuild()
-        assert sum(len(r) for r in scene.overview._rects.values()) == NODES + 2
+        assert scene.overview.box_count == NODES + 2
         view.zoom_100()
         shown = []
         win.document_shown.connect(lambda: shown.append(1))
