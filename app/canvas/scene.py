@@ -3,6 +3,7 @@
 It observes the graph's events and updates its items; it never edits the graph itself. User
 gestures that edit (connecting ports, moving items) go through commands on the document's
 undo stack. Items are created in time-sliced chunks so a large graph never freezes the GUI,
+a graph too large to itemise gets items only where a view looks (app/canvas/on_demand.py),
 and zoomed far out a single overview item replaces thousands of items (level of detail).
 """
 
@@ -97,13 +98,13 @@ class GraphScene(OnDemandItems, QGraphicsScene):
         self._last_pos: dict[int, QPointF] = {}
         self._drag: tuple[PortItem, QGraphicsPathItem] | None = None
         self._press_pos: dict[Any, QPointF] = {}
-        self._populating: Iterator[None] | None = None
+        self._populating: Iterator[bool] | None = None
         self._populator: Populator | None = None  # the layout's items still to make
         self._view_ready_sent = False
         self._idle = True  # no populate slice is scheduled (on demand: the views' items exist)
         self._lazy_shown = False
         self._select_pending = False  # Select All also covers the nodes without items yet
-        self._pop_context: tuple[dict, dict, dict] = ({}, {}, {})
+        self._pop_context: tuple[list, dict, dict] = ([], {}, {})  # per layout index: node; inputs; routes
         self._stale_items: dict[int, _PortedItem] = {}
         self._kept_selection: list[Any] = []  # selected keys while the overview is shown
         self._bounds: QRectF | None = None  # of the node and IO items (graph_bounds)
@@ -143,7 +144,9 @@ class GraphScene(OnDemandItems, QGraphicsScene):
         """Create every item at its laid-out position; in time slices unless ``chunked`` is False.
 
         Sliced, the items the views show come first (app/canvas/populate.py): ``view_ready``
-        fires once they exist, ``populated`` once every item does."""
+        fires once they exist, ``populated`` once every item does; a graph of LAZY_MIN_ITEMS
+        boxes or more gets items on demand only (app/canvas/on_demand.py): ``populated`` then
+        fires once the views' items exist, and panning or zooming makes the others."""
         lazy = chunked and len(snapshot.keys) >= LAZY_MIN_ITEMS
         pop = Populator(snapshot, result, lazy=lazy, version=self.graph.version)
         self._populator = pop
