@@ -102,3 +102,29 @@ def test_cli_quantize_adaround_on_writes_the_step_into_the_report(tmp_path):
     assert [s["algorithm"] for s in rep["ptq"]["steps"]] == ["adaround"]
     assert rep["ptq"]["steps"][0]["changed"]["largest"][0]["node"] == "pw"
     assert "ptq adaround: applied" in out
+
+
+def test_adaround_leaves_a_layer_that_sees_too_few_input_patches_at_nearest_rounding():
+    # a squeeze-excite FC sees one patch per sample: 8 samples cannot pin down 16 x 16 input
+    # statistics, and a rounding fitted to them would fit the samples (mobilenet_demo's SE layers)
+    g = _graph()
+    data = _shared_signal(16)
+    cfg = QuantConfig(per_channel=True)
+    calib = calibrate(g, data, cfg)
+    qm = build_qdq(g, calib, cfg)
+    few = [{"x": data.sample(i)["x"][:, :, :1, :1]} for i in range(len(data))]
+    from engine.ir.onnx_io import from_onnx
+    from engine.quant.cli import optimize_for_quantization
+
+    m = _coherent_model()
+    for vi in (*m.graph.input, *m.graph.output):
+        dims = vi.type.tensor_type.shape.dim
+        dims[2].dim_value = dims[3].dim_value = 1
+    small = optimize_for_quantization(from_onnx(m))
+    qm_small = build_qdq(small, calibrate(small, CalibrationSet.from_arrays("few", {"x": np.stack([f["x"] for f in few])}),
+                                          cfg), cfg)
+    rounded, layers = adaround(small, qm_small, few)
+    assert layers == []
+    assert np.array_equal(rounded.node_by_name("pw").inputs[1].const, small.node_by_name("pw").inputs[1].const)
+    # the same layer on 12x12 inputs (144 patches a sample) is rounded
+    assert adaround(g, qm, (data.sample(i) for i in range(len(data))))[1][0].applied
