@@ -29,7 +29,6 @@ fresh_blas_env()
 
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
-import onnx.version_converter  # noqa: E402
 
 import engine  # noqa: E402
 from engine.ir.onnx_io import to_onnx  # noqa: E402
@@ -46,20 +45,7 @@ SITE = quant_data.SITE
 
 
 def _fixed(src: Path, shape: tuple[int, ...], dest: Path) -> Path:
-    """``src`` with its first input fixed at ``shape`` and opset >= 13 (onnxruntime's per-channel QDQ)."""
-    m = onnx.load(str(src))
-    for d, v in zip(m.graph.input[0].type.tensor_type.shape.dim, shape):
-        d.Clear()
-        d.dim_value = v
-    for o in m.graph.output:
-        for d in o.type.tensor_type.shape.dim:
-            if not d.HasField("dim_value") or d.dim_value < 0:
-                d.Clear()
-    del m.graph.value_info[:]
-    if max(o.version for o in m.opset_import if o.domain in ("", "ai.onnx")) < 13:
-        m = onnx.version_converter.convert_version(m, 13)
-    onnx.save(m, str(dest))
-    return dest
+    return quant_data.fixed_input(src, shape, dest, min_opset=13)
 
 
 def _cases(d: Path) -> dict:
