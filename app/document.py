@@ -148,7 +148,7 @@ class Document(QObject):
     def __init__(self, graph: Graph, model_path: str | Path | None = None, *, sha256: str = "",
                  project: projects.Project | None = None, project_path: str | Path | None = None,
                  recovery_dir: str | Path | None = None, target: str | None = None, parent: QObject | None = None,
-                 fingerprint: Any = None) -> None:
+                 fingerprint: Any = None, baseline: editing.Baseline | None = None) -> None:
         super().__init__(parent)
         self.graph = graph
         self.source_graph = graph  # provenance of fused nodes is looked up here
@@ -169,7 +169,8 @@ class Document(QObject):
         self._edited_statuses: dict[str, placement.NodeStatus] = {}
         self._compiled: CompiledPlacement | None = None
         self._autosaved: set[Path] = set()  # recovery files this document wrote (Save As moves the name)
-        self._baseline = editing.snapshot_types(graph)
+        # (the loader takes it off the GUI thread: 50,000 nodes hold the GUI thread 30-60 ms)
+        self._baseline = baseline if baseline is not None else editing.snapshot_types(graph)
         base = project.base if project is not None else None
         if base is None:  # the loader may have taken it already, off the GUI thread
             base = fingerprint if fingerprint is not None else projects.fingerprint(graph)
@@ -284,6 +285,15 @@ class Document(QObject):
                 self._on_analysis_done(task, task.result)
             else:
                 self.analyze()
+
+    @property
+    def types_pending(self) -> bool:
+        """True while an edit's re-inference has not written the graph's value types yet (they
+        are assigned without events, so a copy taken meanwhile has the types of before the edit:
+        after a delete and its undo, mobilenet_demo's copy read 1x64x1x1 for a 1x64x12x12 tensor)."""
+        task = self._place_task
+        return (self._analysis_timer.isActive() or (self._delayed_analysis.isActive() and self._delayed_reinfer)
+                or (task is not None and task.fn is _analysis_job and bool(task.args[2]) and task.error is None))
 
     def request_analysis(self, reinfer: bool = True, delay_ms: int = 0) -> None:
         """Re-verify, re-infer and place the graph in a worker; the statuses follow when it is
