@@ -7,7 +7,7 @@ import threading
 
 import onnx
 import pytest
-from PySide6.QtCore import QSettings
+from PySide6.QtCore import QCoreApplication, QSettings
 
 from tests.app._helpers import close_window, open_window, residual_cnn
 from tests.app.analysis_support import wait_for
@@ -15,17 +15,21 @@ from tests.app.analysis_support import wait_for
 pytestmark = pytest.mark.gui
 
 
-def painted_fill(scene, item):
-    """The colour the canvas paints inside a node's box (left of its badge, below its title)."""
+BAR = (4.1, 0.5)  # the placement bar down a node's left side: x in item units, y in its height
+
+
+def painted_bar(scene, item):
+    """The colour the canvas paints in a node's placement bar (its device's strong colour)."""
     from PySide6.QtGui import QImage, QPainter
 
     rect = item.sceneBoundingRect()
-    img = QImage(200, 80, QImage.Format.Format_ARGB32)
+    img = QImage(round(rect.width()), round(rect.height()), QImage.Format.Format_ARGB32)
     img.fill(0)
     p = QPainter(img)
-    scene.render(p, source=rect.adjusted(3, 3, 3, 3))
+    scene.render(p, source=rect)
     p.end()
-    return img.pixelColor(100, 52)
+    inner = item.mapToScene(BAR[0], BAR[1] * item.height) - rect.topLeft()
+    return img.pixelColor(int(inner.x()), int(inner.y()))
 
 
 def compiled_devices(win) -> dict[str, str]:
@@ -46,8 +50,8 @@ def mispainted(win, devices: dict[str, str]) -> list[tuple[str, str, str]]:
     out = []
     for name, device in devices.items():
         item = scene.node_items.get(id(by_name[name]))
-        fill = painted_fill(scene, item).name() if item is not None else "no item"
-        if fill != style.PLACEMENT_COLORS[device][1].name():
+        fill = painted_bar(scene, item).name() if item is not None else "no item"
+        if fill != style.PLACEMENT_COLORS[device][0].name():
             out.append((name, device, f"{fill} ({scene.status_of(by_name[name]).device})"))
     return out
 
@@ -103,5 +107,101 @@ def test_a_compile_that_lands_before_the_documents_own_placement_still_colours_e
         assert mispainted(win, devices) == []
     finally:
         release.set()
+        close_window(win)
+        ctl.shutdown()
+
+
+def bar_window_pos(win, item):
+    """Where a node's placement bar is in window coordinates."""
+    view = win.view
+    return view.viewport().mapTo(win, view.mapFromScene(item.mapToScene(BAR[0], BAR[1] * item.height)))
+
+
+def bar_in_view(win, item) -> bool:
+    """True when the canvas itself shows the node's placement bar (not the legend or minimap)."""
+    return win.childAt(bar_window_pos(win, item)) is win.view.viewport()
+
+
+def on_screen_bar(win, item):
+    """The colour the window's backing store holds in a node's placement bar: what the user
+    sees, as last painted (``QWidget.grab`` would paint it afresh and hide a missed repaint)."""
+    from PySide6.QtGui import QGuiApplication
+
+    at = bar_window_pos(win, item)
+    shot = QGuiApplication.primaryScreen().grabWindow(win.winId(), at.x(), at.y(), 1, 1).toImage()
+    return shot.pixelColor(0, 0)
+
+
+def answer_shape_dialog(qtbot, shape: str) -> list[str]:
+    """Fill the real shape dialog's row for input x with ``shape`` and press OK once it shows."""
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication, QDialogButtonBox
+
+    from app.shape_dialog import ShapeDialog
+
+    answered: list[str] = []
+
+    def answer():
+        dlg = QApplication.activeModalWidget()
+        if not isinstance(dlg, ShapeDialog):
+            QTimer.singleShot(20, answer)
+            return
+        dlg.edits["x"].setText(shape)
+        answered.append(shape)
+        qtbot.mouseClick(dlg.buttons.button(QDialogButtonBox.StandardButton.Ok), _left())
+
+    QTimer.singleShot(20, answer)
+    return answered
+
+
+def _left():
+    from PySide6.QtCore import Qt
+
+    return Qt.MouseButton.LeftButton
+
+
+def test_ppocr_det_opened_through_the_shape_dialog_paints_every_node_as_the_legend_counts(qtbot, tmp_path):
+    """PP-OCRv6 det (dynamic input) opened as a user does: the shape dialog asks, the model
+    reopens with the shape, its items are made after the first view, the compile lands. Every
+    node's colour, drawn and on screen, is its compiled device, and the legend counts the same
+    (the editor once showed "NPU 451" over grey nodes)."""
+    from app import style
+    from app.main_window import MainWindow
+    from tests.zoo import ZOO, locate
+
+    model, why = locate(next(e for e in ZOO if e.name == "ppocr_det"))
+    if model is None:
+        pytest.skip(why)
+    settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+    win = MainWindow(settings=settings, recovery_dir=tmp_path / "recovery", restore_state=False,
+                     default_target="phone-npu")
+    qtbot.addWidget(win)
+    win.resize(1200, 800)
+    win.show()
+    ctl = win.analysis.controller
+    first_view: list[int] = []
+    win.canvas_shown.connect(lambda: first_view.append(len(win.scene.node_items)))
+    try:
+        answered = answer_shape_dialog(qtbot, "1,3,32,32")
+        win.open_path(model)
+        wait_for(lambda: answered and win.doc is not None and win.doc.graph.inputs[0].type.shape == (1, 3, 32, 32)
+                 and not win.scene.is_populating, 60, "the model reopened with its shape")
+        wait_for(lambda: ctl.current is not None and not ctl.busy and win.doc.placement_source == "compiled"
+                 and ctl.current.graph_version == win.doc.graph.version, 240, "the compile")
+        n = len(win.doc.graph)
+        assert n > 400 and first_view[-1] < n  # items were still made after the first view
+        devices = compiled_devices(win)
+        assert mispainted(win, devices) == []
+        assert device_counts(devices) == legend_counts(win)
+        assert win.canvas.legend.source.text().startswith("Compiled placement")
+        QCoreApplication.processEvents()
+        by_name = {nd.name: nd for nd in win.doc.graph.nodes}
+        visible = [(name, item) for name in devices
+                   if bar_in_view(win, item := win.scene.node_items[id(by_name[name])])]
+        assert len(visible) >= 3
+        wrong = [(name, devices[name], on_screen_bar(win, it).name()) for name, it in visible
+                 if on_screen_bar(win, it).name() != style.PLACEMENT_COLORS[devices[name]][0].name()]
+        assert wrong == []
+    finally:
         close_window(win)
         ctl.shutdown()
