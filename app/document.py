@@ -261,13 +261,18 @@ class Document(QObject):
 
     # -- analysis --------------------------------------------------------------------------
     def set_target(self, name: str | None, analyze: bool = True) -> None:
-        """Choose the hardware target (bundled name or YAML path; None: no placement)."""
+        """Choose the hardware target (bundled name or YAML path; None: no placement). The
+        compiled placement on screen was for the other target: it goes at once."""
+        changed = (name or None) != self.target_name
         self.target_name = name or None
         try:
             self.target = resolve_target_cached(self.target_name)
         except (ValueError, OSError) as exc:
             self.target = None
             self.message.emit(str(exc).splitlines()[0])
+        if changed and self._compiled is not None:
+            self._compiled = None
+            self._set_statuses(self._edited_statuses)
         if analyze:
             self.request_analysis()
 

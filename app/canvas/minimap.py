@@ -261,6 +261,12 @@ class LegendWidget(QFrame):
         self.source = QLabel("")  # whose placement the colours show: the compile's or the edited graph's
         self.source.setStyleSheet("font-weight: 600;")
         lay.addWidget(self.source)
+        self.stale = QLabel("stale, recomputing")  # the counts are of the compile before the last change
+        self.stale.setObjectName("staleMark")
+        self.stale.setStyleSheet("background: #fff4d6; color: #6b4e00; border-radius: 3px; padding: 0 4px;")
+        self.stale.setToolTip("The colours and counts are from before the last change; the new compile replaces them.")
+        self.stale.hide()
+        lay.addWidget(self.stale)
         entries = [(k, style.PLACEMENT_COLORS[k][0], style.PLACEMENT_LABELS[k]) for k in ("npu", "cpu", "unplaced", "removed")]
         entries += [("error", style.ERROR, "problem"), ("group", style.GROUP_FRAME, "fused group")]
         for key, color, text in entries:
@@ -280,6 +286,12 @@ class LegendWidget(QFrame):
         self.source.setText(text)
         self.source.setVisible(bool(text))
         self._refit()
+
+    def set_stale(self, stale: bool) -> None:
+        """Mark the colours and counts as being recomputed (app/stale.py decides when)."""
+        if stale != self.stale.isVisibleTo(self):
+            self.stale.setVisible(stale)
+            self._refit()
 
     def fit_width(self, width: int) -> None:
         """Wider than ``width`` (a narrow canvas): the keys with nothing to count step aside
