@@ -34,6 +34,8 @@ def painted_devices(win) -> dict[str, str]:
 
 
 def test_an_edit_marks_every_panel_stale_until_its_compile_lands_and_the_canvas_never_mixes_unmarked(qtbot, tmp_path):
+    """Before, only the charts said so, and only once the compile started after its debounce;
+    after a target switch the canvas kept the old target's compile as "Compiled placement"."""
     from app.commands import SetPinCommand
 
     model = tmp_path / "residual.onnx"
@@ -71,22 +73,7 @@ def test_an_edit_marks_every_panel_stale_until_its_compile_lands_and_the_canvas_
         assert not any(stale_marks(win).values()), stale_marks(win)
         assert painted_devices(win) == after
         assert win.canvas.legend.source.text().startswith("Compiled placement")
-    finally:
-        close_window(win)
-        ctl.shutdown()
-
-
-def test_a_target_switch_drops_the_old_targets_compiled_colours_at_once(qtbot, tmp_path):
-    """The compile for the old target is not the placement on the new one: the canvas shows the
-    edited graph's placement, marked stale, until the new target's compile lands."""
-    model = tmp_path / "residual.onnx"
-    onnx.save(residual_cnn(), model)
-    settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
-    win = open_window(qtbot, model, settings, tmp_path / "recovery", default_target="phone-npu")
-    doc, ctl = win.doc, win.analysis.controller
-    try:
-        wait_for(lambda: ctl.current is not None and not ctl.busy and doc.placement_source == "compiled", 60,
-                 "the first compile")
+        # A target switch: the compile for the old target is not the placement on the new one.
         win.target_box.setCurrentIndex(win.target_box.findData("ethos-u55"))
         assert doc.placement_source == "edited"
         assert all(stale_marks(win).values()), stale_marks(win)
