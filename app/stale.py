@@ -76,6 +76,8 @@ class StaleMark(QLabel):
         self.host = host
         host.installEventFilter(self)
         self.hide()
+        self.ensurePolished()  # the style sheet now, not in the slice of the edit that shows it
+        self.adjustSize()
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         if watched is self.host and event.type() == QEvent.Type.Resize and not self.isHidden():

@@ -266,6 +266,7 @@ class LegendWidget(QFrame):
         self.stale.setStyleSheet("background: #fff4d6; color: #6b4e00; border-radius: 3px; padding: 0 4px;")
         self.stale.setToolTip("The colours and counts are from before the last change; the new compile replaces them.")
         self.stale.hide()
+        self.stale.ensurePolished()
         lay.addWidget(self.stale)
         entries = [(k, style.PLACEMENT_COLORS[k][0], style.PLACEMENT_LABELS[k]) for k in ("npu", "cpu", "unplaced", "removed")]
         entries += [("error", style.ERROR, "problem"), ("group", style.GROUP_FRAME, "fused group")]
