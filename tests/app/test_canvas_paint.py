@@ -205,3 +205,29 @@ def test_ppocr_det_opened_through_the_shape_dialog_paints_every_node_as_the_lege
     finally:
         close_window(win)
         ctl.shutdown()
+
+
+def test_the_document_shows_the_newest_compile_over_every_node_whatever_order_they_arrive_in(qapp, model_file):
+    """Without the window: a compile shown before the document placed anything covers every
+    node, and a compile of an older graph version arriving late never replaces a newer one."""
+    import engine
+    from app.commands import SetPinCommand
+    from app.document import CompiledPlacement, Document
+
+    doc = Document(engine.load(model_file), model_file)
+    try:
+        names = [n.name for n in doc.graph.nodes]
+        assert doc.statuses == {}  # nothing placed yet
+        doc.show_compiled(CompiledPlacement(doc.graph.version, dict.fromkeys(names, "cpu"), {}, []))
+        assert doc.placement_source == "compiled"
+        assert {k: st.device for k, st in doc.statuses.items()} == dict.fromkeys(names, "cpu")
+        old = doc.graph.version
+        doc.push(SetPinCommand(doc, doc.graph.node_by_name("add"), "npu"))
+        assert doc.placement_source == "edited" and doc.statuses["add"].device == "npu"  # the pin, until compiled
+        newer = dict.fromkeys(names, "cpu") | {"add": "npu"}
+        doc.show_compiled(CompiledPlacement(doc.graph.version, newer, {}, []))
+        doc.show_compiled(CompiledPlacement(old, dict.fromkeys(names, "cpu"), {}, []))  # late, older
+        assert doc.placement_source == "compiled"
+        assert {k: st.device for k, st in doc.statuses.items()} == newer
+    finally:
+        doc.close()
