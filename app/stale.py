@@ -16,7 +16,8 @@ from PySide6.QtCore import QEvent, QObject, Signal
 from PySide6.QtWidgets import QDockWidget, QLabel, QWidget
 
 STALE_TEXT = "stale, recomputing"
-STALE_TIP = "These numbers are from the compile before the last change; the new one replaces them when it lands."
+STALE_TIP = ("The numbers (and the canvas colours) are from the compile before the last change; "
+             "the new compile replaces them when it lands.")
 STALE_CSS = "background:#fff4d6; color:#6b4e00; border:1px solid #e3c66b; border-radius:3px; padding:1px 6px;"
 
 

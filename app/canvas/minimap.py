@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QWidget
 from app import style
 from app.canvas.view import GraphView
 from app.placement import FallbackCount
+from app.stale import STALE_CSS, STALE_TEXT, STALE_TIP
 
 MINIMAP_W = 190  # the largest it gets (a big canvas)
 MINIMAP_H = 240
@@ -261,10 +262,10 @@ class LegendWidget(QFrame):
         self.source = QLabel("")  # whose placement the colours show: the compile's or the edited graph's
         self.source.setStyleSheet("font-weight: 600;")
         lay.addWidget(self.source)
-        self.stale = QLabel("stale, recomputing")  # the counts are of the compile before the last change
+        self.stale = QLabel(STALE_TEXT)  # the colours and counts are of the compile before the last change
         self.stale.setObjectName("staleMark")
-        self.stale.setStyleSheet("background: #fff4d6; color: #6b4e00; border-radius: 3px; padding: 0 4px;")
-        self.stale.setToolTip("The colours and counts are from before the last change; the new compile replaces them.")
+        self.stale.setStyleSheet(STALE_CSS)
+        self.stale.setToolTip(STALE_TIP)
         self.stale.hide()
         self.stale.ensurePolished()
         lay.addWidget(self.stale)

@@ -37,6 +37,7 @@ from app.panels.chart_base import (
 from app.panels.fallback_view import FallbackView
 from app.panels.sustained_view import SustainedView
 from app.panels.timeline_chart import TimelineChart
+from app.stale import STALE_TEXT
 
 QUANT_METRICS = {"sqnr": "SQNR (dB), lower is worse", "cosine": "1 − cosine similarity, higher is worse"}
 
@@ -312,7 +313,7 @@ class ChartsPanel(QDockWidget):
             css = "background:#fdecea; color:#8a1f11; padding:2px 6px;"
         elif (state == "running" or self.stale) and self.result is not None:
             # The charts keep the last compile's numbers until the new one lands: say so over them.
-            text, css = ("stale, recomputing: the charts show the compile before the last change",
+            text, css = (f"{STALE_TEXT}: the charts show the compile before the last change",
                          "background:#fff4d6; color:#6b4e00; padding:2px 6px;")
         elif state == "running":
             text, css = "compiling…", "color:#5d6575; padding:2px 6px;"
