@@ -23,11 +23,13 @@ STALE_CSS = "background:#fff4d6; color:#6b4e00; border:1px solid #e3c66b; border
 
 def numbers_are_stale(controller: Any) -> bool:
     """True while the controller's result is not the compile of the document's current graph with
-    the current settings, or a compile is pending or running (nothing shown: not stale)."""
+    the current settings on the current (what-if) hardware, or a compile is pending or running
+    (nothing shown: not stale)."""
     res, doc = controller.current, controller.doc
     if res is None or doc is None:
         return False
-    return bool(controller.busy or res.graph_version != doc.graph.version or res.settings != controller.settings)
+    return bool(controller.busy or res.graph_version != doc.graph.version or res.settings != controller.settings
+                or res.compile.target != controller.target)
 
 
 class StaleWatch(QObject):

@@ -81,6 +81,15 @@ def test_an_edit_marks_every_panel_stale_until_its_compile_lands_and_the_canvas_
                  and doc.placement_source == "compiled", 60, "the ethos-u55 compile")
         assert not any(stale_marks(win).values()), stale_marks(win)
         assert painted_devices(win) == compiled_devices(win)
+        # A hardware what-if re-simulates: its numbers are stale until the re-simulation lands.
+        import dataclasses
+
+        base = ctl.current
+        t = ctl.target
+        ctl.set_hardware(dataclasses.replace(t, npu=dataclasses.replace(t.npu, clock_mhz=t.npu.clock_mhz * 2)))
+        assert all(stale_marks(win).values()), stale_marks(win)
+        wait_for(lambda: ctl.current is not base and ctl._resim is None, 60, "the re-simulation")
+        assert not any(stale_marks(win).values()), stale_marks(win)
     finally:
         close_window(win)
         ctl.shutdown()
