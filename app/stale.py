@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from PySide6.QtCore import QEvent, QObject, Signal
+from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QDockWidget, QLabel, QWidget
 
 STALE_TEXT = "stale, recomputing"
@@ -68,7 +68,8 @@ class StaleWatch(QObject):
 
 class StaleMark(QLabel):
     """The "stale, recomputing" tag over the top right corner of a panel's content (an overlay:
-    showing it lays nothing out again)."""
+    showing it lays nothing out again). It is placed each time it shows; no event filter follows
+    the panel's resizes (a Python filter on a widget being destroyed at exit is a crash risk)."""
 
     def __init__(self, panel: QWidget) -> None:
         host = panel.widget() if isinstance(panel, QDockWidget) and panel.widget() is not None else panel
@@ -77,23 +78,13 @@ class StaleMark(QLabel):
         self.setStyleSheet(STALE_CSS)
         self.setToolTip(STALE_TIP)
         self.host = host
-        host.installEventFilter(self)
         self.hide()
         self.ensurePolished()  # the style sheet now, not in the slice of the edit that shows it
         self.adjustSize()
 
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-        if watched is self.host and event.type() == QEvent.Type.Resize and not self.isHidden():
-            self._place()
-        return False
-
-    def _place(self) -> None:
-        self.adjustSize()
-        self.move(max(0, self.host.width() - self.width() - 6), 4)
-        self.raise_()
-
     def set_stale(self, stale: bool) -> None:
         """Show or hide the mark."""
         if stale:
-            self._place()
+            self.move(max(0, self.host.width() - self.width() - 6), 4)
+            self.raise_()
         self.setVisible(stale)
