@@ -308,6 +308,9 @@ class ChartsPanel(QDockWidget):
             self.latency.set_title(f"<b>No analysis yet</b>: {message}.")
         self._state = (state, message)
         self.failure = message if state == "failed" else None
+        self._show_banner(state, message)
+
+    def _show_banner(self, state: str, message: str) -> None:
         if state == "failed":
             text = f"⚠ {message}" + (" — the charts show the last compiled result" if self.result is not None else "")
             css = "background:#fdecea; color:#8a1f11; padding:2px 6px;"
@@ -328,7 +331,7 @@ class ChartsPanel(QDockWidget):
         """The numbers shown became stale (an edit, a setting) or current again: say so at once,
         not only once the compile starts after its debounce."""
         self.stale = stale
-        self.show_state(*self._state)
+        self._show_banner(*self._state)
 
     def set_selected(self, ops: Sequence[str]) -> None:
         """Outline ``ops`` in every chart."""
