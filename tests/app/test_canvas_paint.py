@@ -160,7 +160,8 @@ def _left():
     return Qt.MouseButton.LeftButton
 
 
-def test_ppocr_det_opened_through_the_shape_dialog_paints_every_node_as_the_legend_counts(qtbot, tmp_path):
+def test_ppocr_det_opened_through_the_shape_dialog_paints_every_node_as_the_legend_counts(qtbot, tmp_path,
+                                                                                          monkeypatch):
     """PP-OCRv6 det (dynamic input) opened as a user does: the shape dialog asks, the model
     reopens with the shape, its items are made after the first view, the compile lands. Every
     node's colour, drawn and on screen, is its compiled device, and the legend counts the same
@@ -172,6 +173,9 @@ def test_ppocr_det_opened_through_the_shape_dialog_paints_every_node_as_the_lege
     model, why = locate(next(e for e in ZOO if e.name == "ppocr_det"))
     if model is None:
         pytest.skip(why)
+    from app.canvas import scene as scene_module
+
+    monkeypatch.setattr(scene_module, "SLICE_SECONDS", 0.002)  # items surely made over many slices, after the first view
     settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
     win = MainWindow(settings=settings, recovery_dir=tmp_path / "recovery", restore_state=False,
                      default_target="phone-npu")
