@@ -11,12 +11,13 @@ own Executor (the engine's per-graph executor cache is not meant for concurrent 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -131,6 +132,7 @@ class AnalysisRequest:
     target: HardwareTarget
     source_pins: dict[str, str]
     what_if_hardware: bool = False
+    owner: str = ""  # the controller asking (a newer request of the same owner supersedes this one)
 
 
 # -- caches ----------------------------------------------------------------------------------
@@ -155,7 +157,11 @@ class _Lru(OrderedDict):
 class AnalysisCache:
     """Calibration data, calibration statistics and whole optimize+quantize fronts, by content.
 
-    Keys hash the serialized source model, so undoing an edit finds the result of before it.
+    Keys hash the serialized source model without the nodes nothing reads (the optimizer removes
+    them), so undoing an edit finds the result of before it, and so does wiring a node nobody
+    reads yet. A front being compiled is "in flight": a request for the same key waits for it
+    (``front_or_compute``) instead of compiling it a second time, and a request that compiles a
+    front of its own stops the older requests of the same controller (they are superseded).
     """
 
     def __init__(self) -> None:
@@ -163,6 +169,8 @@ class AnalysisCache:
         self._data = _Lru(4)
         self._calib = _Lru(6)
         self._front = _Lru(8)
+        self._flight: dict[Any, threading.Event] = {}
+        self._requests: dict[tuple[str, int], TaskControl] = {}
 
     def __reduce__(self) -> tuple:
         # Sent to the worker process (app/worker_process.py) as that process's own cache: the jobs
@@ -205,6 +213,46 @@ class AnalysisCache:
         with self._lock:
             self._front.put(key, value)
 
+    @contextlib.contextmanager
+    def request(self, owner: str, request_id: int, control: TaskControl) -> Iterator[None]:
+        """Register a running compile request (for ``front_or_compute`` to supersede)."""
+        with self._lock:
+            self._requests[(owner, request_id)] = control
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._requests.pop((owner, request_id), None)
+
+    def front_or_compute(self, key: Any, owner: str, request_id: int, control: TaskControl,
+                         compute: Callable[[], CompileResult]) -> tuple[CompileResult, bool]:
+        """(the front of ``key``, cached?): the cached one, the one in flight once it lands
+        (polling ``control`` for a cancel meanwhile), else ``compute()``'s, after cancelling
+        the older requests of ``owner`` (only the newest one's result is shown)."""
+        while True:
+            with self._lock:
+                hit = self._front.get_item(key)
+                if hit is not None:
+                    return hit, True
+                landed = self._flight.get(key)
+                if landed is None:
+                    landed = self._flight[key] = threading.Event()
+                    older = [c for (o, r), c in self._requests.items() if o == owner and r < request_id]
+                    break
+            while not landed.wait(0.05):  # another request compiles this very front
+                control.check()
+            control.check()  # landed: cached now, or that request was cancelled (compile it here)
+        for c in older:
+            c.cancel()
+        try:
+            front = compute()
+            self.put_front(key, front)
+            return front, False
+        finally:
+            with self._lock:
+                self._flight.pop(key, None)
+            landed.set()
+
 
 _SHARED: AnalysisCache | None = None
 
@@ -217,11 +265,17 @@ def shared_cache() -> AnalysisCache:
     return _SHARED
 
 
-def graph_key(graph: Graph) -> str | None:
-    """A content hash of the graph as ONNX (None when it cannot be serialized)."""
+def graph_key(graph: Graph, live_only: bool = False) -> str | None:
+    """A content hash of the graph as ONNX (None when it cannot be serialized); ``live_only``:
+    of the graph without the nodes nothing reads (``graph`` itself is not changed)."""
     from engine.ir.onnx_io import to_onnx
 
     try:
+        if live_only:
+            from engine.ir.clone import clone_graph
+            from engine.passes.eliminate import EliminateDeadCode
+
+            graph = EliminateDeadCode().call(clone_graph(graph)).graph
         data = to_onnx(graph).SerializeToString(deterministic=True)
     except Exception:  # an edited graph may not serialize; it is then simply not cached
         return None
@@ -230,6 +284,14 @@ def graph_key(graph: Graph) -> str | None:
 
 # -- the compile job ---------------------------------------------------------------------------
 _STAGES = {"optimize": (0.0, 0.1), "calibrate": (0.1, 0.5), "analyze": (0.5, 0.92), "simulate": (0.92, 1.0)}
+_STAGE_WORDS = {"optimize": "optimizing", "calibrate": "calibrating", "analyze": "measuring the int8 error",
+                "simulate": "simulating", "tflite": "lowering to TFLite", "vela": "running vela"}
+
+
+def stage_text(stage: str, done: int, total: int) -> str:
+    """What the progress says of a compile stage: "calibrating 3/8", "simulating"."""
+    word = _STAGE_WORDS.get(stage, stage)
+    return f"{word} {done}/{total}" if total > 1 else word
 
 
 def _progress(control: TaskControl) -> Callable[[str, int, int], None]:
@@ -237,7 +299,7 @@ def _progress(control: TaskControl) -> Callable[[str, int, int], None]:
         if control.cancelled():
             raise Cancelled()
         lo, hi = _STAGES.get(stage, (0.0, 1.0))
-        control.progress(lo + (hi - lo) * (done / total if total else 1.0), stage)
+        control.progress(lo + (hi - lo) * (done / total if total else 1.0), stage_text(stage, done, total))
     return step
 
 
@@ -296,8 +358,13 @@ def compile_job(control: TaskControl, req: AnalysisRequest, cache: AnalysisCache
     """Compile a clone of the document's graph with the engine's driver (``compile_model``),
     handing it what the cache knows: the calibration statistics of this graph and data (a
     quantization-only change does not observe the samples again) or a whole earlier result
-    (an undo, or a pin: only the simulation runs again)."""
+    (an undo, a pin, a node nothing reads: only the simulation runs again), also one still
+    being compiled for an older request (AnalysisCache.front_or_compute)."""
+    with cache.request(req.owner, req.request_id, control):
+        return _compile(control, req, cache)
 
+
+def _compile(control: TaskControl, req: AnalysisRequest, cache: AnalysisCache) -> AnalysisResult:
     t0 = time.perf_counter()
     req = dataclasses.replace(req, graph=clone_unchanged(req.graph, req.graph_version))
     problems = structural_problems(req.graph)
@@ -305,8 +372,8 @@ def compile_job(control: TaskControl, req: AnalysisRequest, cache: AnalysisCache
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise AnalysisBlocked(f"the graph cannot be compiled: {problems[0]}{more}")
     require_static(req.graph)
-    key = graph_key(req.graph)
     s, target = req.settings, req.target
+    key = graph_key(req.graph, live_only="eliminate_dead_code" not in s.disabled_passes)
     qcfg = quant_config_for(s.quant, target)
     # The optimized graph (whose tensors the statistics name) depends on the target's rules and
     # lowerings: statistics are reused only for the same target (the worker's cache outlives a
@@ -315,20 +382,21 @@ def compile_job(control: TaskControl, req: AnalysisRequest, cache: AnalysisCache
     ckey = (key, tkey, s.disabled_passes, s.calibration, s.preprocess, qcfg.bins) if key else None
     fkey = (key, tkey, s.disabled_passes, s.calibration, s.preprocess, repr(qcfg), s.analysis_samples,
             target.npu.precision) if key else None
-    front = cache.front(fkey) if fkey else None
     step = _progress(control)
-    if front is None:
+
+    def compute() -> CompileResult:
         data = cache.data(s, req.graph)[0] if s.calibration and target.npu.precision in INTEGER_PRECISIONS else None
         front = compile_model(req.graph, target, data, s.options(req.source_pins), progress=step,
                               cancel=control.cancelled, calibration_stats=cache.calibration(ckey) if ckey else None,
                               histograms=True)
-        if fkey:
-            cache.put_front(fkey, front)
         if ckey and front.quant is not None:
             cache.put_calibration(ckey, front.quant.calibration)
-        cached = False
+        return front
+
+    if fkey:
+        front, cached = cache.front_or_compute(fkey, req.owner, req.request_id, control, compute)
     else:
-        cached = True
+        front, cached = compute(), False
     pins = effective_pins(front.optimized, req.source_pins)
     result = front
     if cached or pins != dict(front.options.pins):

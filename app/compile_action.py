@@ -8,6 +8,11 @@ a target and the analysis installed Compile takes the analysis result for the cu
 (the one shown when it is current, else the next one, compiled now) and shows its pass trace,
 placement and fusions. Without a target the window's own optimize job still runs
 (app/jobs.py: nothing to place).
+
+While a compile runs, the status bar says its stage and how far it is ("compiling: calibrating
+3/8 (27%)") beside the progress strip and a Cancel button; Esc (Tools > Cancel Compile) cancels
+too. A cancelled compile leaves the window as it was (the previous compile's pass trace and
+``window.compiled``) and says "compile cancelled".
 """
 
 from __future__ import annotations
@@ -16,34 +21,140 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject
+from PySide6.QtCore import QObject, Qt
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QToolButton
 
 from app import placement, quality, style
 from app.jobs import CompileOutcome
 
+CANCELLED = "compile cancelled"
+
+
+def install(window: Any) -> None:
+    """The Cancel button beside the window's progress strip and Tools > Cancel Compile (Esc),
+    both live only while a compile runs."""
+    window.compile_job = None
+    button = QToolButton()
+    button.setText("Cancel")
+    button.setToolTip("Cancel the compile (Esc)")
+    button.setObjectName("CancelCompileButton")
+    button.clicked.connect(lambda: cancel_compile(window))
+    button.hide()
+    window.statusBar().insertPermanentWidget(1, button)  # right of the window's progress strip (the first)
+    act = QAction("Cancel Compile", window)
+    act.setShortcut(QKeySequence(Qt.Key.Key_Escape))
+    act.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+    act.setEnabled(False)  # Esc belongs to the widgets (a wire being drawn, the find box) otherwise
+    act.triggered.connect(lambda _=False: cancel_compile(window))
+    window.addAction(act)
+    from app.analysis_dock import _menu
+
+    menu = _menu(window, "Tools")
+    if menu is not None:
+        menu.addAction(act)
+    window.cancel_compile_button, window.act_cancel_compile = button, act
+
+
+def _running(window: Any, job: Any) -> None:
+    window.compile_job = job
+    live = job is not None
+    window.cancel_compile_button.setVisible(live)
+    window.act_cancel_compile.setEnabled(live)
+
+
+def compile_running(window: Any) -> bool:
+    """True while Tools > Compile waits for its result."""
+    job = getattr(window, "compile_job", None)
+    return job is not None and not job.done.is_set()
+
+
+def cancel_compile(window: Any) -> bool:
+    """Stop the running compile (Esc, the Cancel button): the window keeps what it showed."""
+    job = getattr(window, "compile_job", None)
+    if job is None or job.done.is_set():
+        return False
+    job.cancel()
+    return True
+
 
 def compile_document(window: Any) -> Any:
     """What Tools > Compile runs for ``window``'s document: an AnalysisCompile with a target
-    and the analysis installed, else the float optimize job in the worker process (a ProcessTask); None
-    without a document."""
+    and the analysis installed, else the float optimize job in the worker process (a
+    FloatCompile); None without a document. A compile already running is the one returned."""
     doc = window.doc
     if doc is None:
         return None
+    if compile_running(window):
+        return window.compile_job
     doc.flush()
     analysis = getattr(window, "analysis", None)
     if analysis is not None and doc.target is not None:
-        return AnalysisCompile(window, analysis.controller).start()
-    from app import jobs
-    from app.worker_process import ProcessTask
+        job: Any = AnalysisCompile(window, analysis.controller)
+    else:
+        job = FloatCompile(window)
+    _running(window, job)
+    return job.start()
 
-    task = ProcessTask(jobs.optimize_and_place_job, doc.graph, doc.graph.version, doc.target, name="compile",
-                       graph=doc.graph, graph_version=doc.graph.version)
-    task.signals.progress.connect(window._show_progress)
-    task.signals.finished.connect(window._on_compile_done)
-    task.signals.failed.connect(window._on_task_failed)
-    task.signals.cancelled.connect(lambda: doc is window.doc and window.compile())  # edited while copied
-    window._show_progress(0.0, "compiling")
-    return task.start()
+
+class FloatCompile:
+    """The float optimize job of a document without a target, in the worker process."""
+
+    def __init__(self, window: Any) -> None:
+        self.window, self.doc = window, window.doc
+        self.done = threading.Event()
+        self.outcome: CompileOutcome | None = None
+        self.error: str | None = None
+        self.task: Any = None
+        self._user_cancelled = False
+
+    def start(self) -> FloatCompile:
+        from app import jobs
+        from app.worker_process import ProcessTask
+
+        doc, window = self.doc, self.window
+        task = ProcessTask(jobs.optimize_and_place_job, doc.graph, doc.graph.version, doc.target, name="compile",
+                           graph=doc.graph, graph_version=doc.graph.version)
+        task.signals.progress.connect(lambda f, text: window._show_progress(f, f"compiling: {text}" if text else ""))
+        task.signals.finished.connect(self._on_done)
+        task.signals.failed.connect(self._on_failed)
+        task.signals.cancelled.connect(self._on_cancelled)
+        window._show_progress(0.0, "compiling")
+        self.task = task.start()
+        return self
+
+    def cancel(self) -> None:
+        self._user_cancelled = True
+        if self.task is not None:
+            self.task.cancel()
+
+    def _end(self) -> None:
+        self.done.set()
+        if self.window.compile_job is self:
+            _running(self.window, None)
+
+    def _on_done(self, outcome: CompileOutcome) -> None:
+        self.outcome = outcome
+        self._end()
+        self.window._on_compile_done(outcome)
+
+    def _on_failed(self, message: str) -> None:
+        self.error = message
+        self._end()
+        self.window._on_task_failed(message)
+
+    def _on_cancelled(self) -> None:
+        self._end()
+        if self._user_cancelled:
+            self.error = CANCELLED
+            _say_cancelled(self.window)
+        elif self.doc is self.window.doc:
+            self.window.compile()  # edited while its graph was copied: compile the edited one
+
+
+def _say_cancelled(window: Any) -> None:
+    window._hide_progress()
+    window.statusBar().showMessage(CANCELLED, 10000)
 
 
 def outcome_of(result: Any) -> CompileOutcome:
@@ -107,6 +218,15 @@ class AnalysisCompile(QObject):
                 self._fail(ctl.message)
         return self
 
+    def cancel(self) -> None:
+        """Stop the compile this waits for (the analysis keeps its last result) and say so."""
+        if self.done.is_set():
+            return
+        self._end()
+        self.controller.cancel()
+        self.error = CANCELLED
+        _say_cancelled(self.window)
+
     def _covers(self, result: Any) -> bool:
         ctl = self.controller
         return (self.doc is ctl.doc and result.graph_version == self.doc.graph.version
@@ -122,11 +242,16 @@ class AnalysisCompile(QObject):
         if state == "failed":
             self._fail(message)
         elif state == "idle" and not self.controller.busy:
-            self._fail(f"compile stopped: {message}")
+            if message == CANCELLED:  # the analysis's own cancel (its ✕, Tools > Cancel Analysis)
+                self._end()
+                self.error = CANCELLED
+                _say_cancelled(self.window)
+            else:
+                self._fail(f"compile stopped: {message}")
 
     def _on_progress(self, fraction: float, text: str) -> None:
         if not self.done.is_set():
-            self.window._show_progress(fraction, text)
+            self.window._show_progress(fraction, f"compiling: {text or 'starting'} ({fraction:.0%})")
 
     def _finish(self, result: Any) -> None:
         self.outcome = outcome_of(result)
@@ -151,4 +276,6 @@ class AnalysisCompile(QObject):
         for sig, slot in ((ctl.result_changed, self._on_result), (ctl.state_changed, self._on_state),
                           (ctl.progress, self._on_progress), (ctl.cleared, self._abandon)):
             sig.disconnect(slot)
+        if getattr(self.window, "compile_job", None) is self:
+            _running(self.window, None)
         self.setParent(None)  # the window no longer keeps it; whoever waits on ``done`` may

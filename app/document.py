@@ -290,6 +290,15 @@ class Document(QObject):
             else:
                 self.analyze()
 
+    @property
+    def types_pending(self) -> bool:
+        """True while an edit's re-inference has not written the graph's value types yet (they
+        are assigned without events, so a copy taken meanwhile has the types of before the edit:
+        after a delete and its undo, mobilenet_demo's copy read 1x64x1x1 for a 1x64x12x12 tensor)."""
+        task = self._place_task
+        return (self._analysis_timer.isActive() or (self._delayed_analysis.isActive() and self._delayed_reinfer)
+                or (task is not None and task.fn is _analysis_job and bool(task.args[2]) and task.error is None))
+
     def request_analysis(self, reinfer: bool = True, delay_ms: int = 0) -> None:
         """Re-verify, re-infer and place the graph in a worker; the statuses follow when it is
         done (the GUI's path after edits: only a clone is made on the GUI thread).

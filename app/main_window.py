@@ -138,6 +138,7 @@ class MainWindow(QMainWindow):
         self.statusBar().addPermanentWidget(self.progress)
         self.statusBar().addPermanentWidget(self.zoom_label)
         self._build_actions()
+        compile_action.install(self)  # Cancel (Esc) beside the progress while Tools > Compile runs
         self._select_target_box(self._initial_target(default_target))
         self.palette.op_activated.connect(self._on_palette_op_activated)
         self.diagnostics.node_activated.connect(self.reveal_node)

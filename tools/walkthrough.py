@@ -93,6 +93,7 @@ class Session:
         self.xvfb: subprocess.Popen | None = None
         self.app: subprocess.Popen | None = None
         self.shot = 0
+        self.t0 = self.t_last = time.monotonic()  # each screenshot says how long its step took
 
     @staticmethod
     def _free_display() -> int:
@@ -230,8 +231,10 @@ class Session:
             raise StepFailed(f"import -window root failed: {r.stderr.decode(errors='replace').strip()}")
         subprocess.run(["convert", str(raw), "-strip", "-colors", "256", "-define", "png:compression-level=9",
                         str(dest)], check=True, timeout=60)
+        now = time.monotonic()
         say(f"  {dest.relative_to(ROOT) if dest.is_relative_to(ROOT) else dest} "
-              f"({dest.stat().st_size // 1024} KB)")
+            f"({dest.stat().st_size // 1024} KB) step {now - self.t_last:.1f} s, at {now - self.t0:.1f} s")
+        self.t_last = now
         return dest
 
 
