@@ -312,8 +312,7 @@ class AnalysisDock(QObject):
         if scene is None:
             return
         names = self.controller.nodes_for_op(op)
-        by_name = {it.node.name: it for it in scene.node_items.values()}
-        items = [by_name[n] for n in names if n in by_name]
+        items = scene.items_named(names)  # a large graph's items are made on demand
         if not items:
             return
         self._syncing = True

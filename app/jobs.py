@@ -13,7 +13,7 @@ from typing import Any
 
 from app import placement, style
 from app.canvas.layout import LayoutResult, layered_layout
-from app.canvas.snapshot import GraphSnapshot, take_snapshot
+from app.canvas.snapshot import GraphSnapshot, routes_by_key, take_snapshot
 from app.runtime import collections_paused, settle_heap
 from app.workers import TaskControl, clone_unchanged
 from engine import project as projects
@@ -34,6 +34,7 @@ class LoadedModel:
     layout: LayoutResult
     seconds: dict[str, float] = field(default_factory=dict)
     fingerprint: Any = None  # of the graph as read (projects.fingerprint), taken here off the GUI thread
+    baseline: Any = None  # the types as read (engine.editing.snapshot_types), also taken here
 
 
 def load_job(control: TaskControl, path: str | Path, shapes: dict[str, tuple[int, ...]] | None = None) -> LoadedModel:
@@ -72,8 +73,10 @@ def _load(control: TaskControl, path: Path, shapes: dict[str, tuple[int, ...]] |
     control.progress(0.35, "laying out")
     snapshot, result = layout_job(control, graph, (), base=0.35)
     t2 = time.perf_counter()
+    from engine import editing
+
     return LoadedModel(graph, model_path, sha, project, project_path, snapshot, result,
-                       {"load": t1 - t0, "layout": t2 - t1}, base)
+                       {"load": t1 - t0, "layout": t2 - t1}, base, editing.snapshot_types(graph))
 
 
 def layout_job(control: TaskControl, graph: Graph | GraphSnapshot, expanded=(), base: float = 0.0) -> tuple[GraphSnapshot, LayoutResult]:
@@ -83,6 +86,7 @@ def layout_job(control: TaskControl, graph: Graph | GraphSnapshot, expanded=(), 
     result = layered_layout(snapshot.data, progress=lambda f, t: control.progress(base + span * 0.9 * f, t),
                             cancelled=control.cancelled)
     control.check()
+    result.key_routes = routes_by_key(snapshot, result)  # here, off the GUI thread
     return snapshot, result
 
 

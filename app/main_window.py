@@ -293,7 +293,7 @@ class MainWindow(QMainWindow):
         doc = Document(loaded.graph, loaded.model_path, sha256=loaded.sha256, project=proj,
                        project_path=loaded.project_path, recovery_dir=self.recovery_dir,
                        target=target if target is not None else (proj.target if proj else self._current_target()),
-                       parent=self, fingerprint=loaded.fingerprint)
+                       parent=self, fingerprint=loaded.fingerprint, baseline=loaded.baseline)
         if self.autosave_delay_ms is not None:
             doc.autosave_delay_ms = self.autosave_delay_ms
         if restored:
@@ -564,7 +564,10 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage(f"no node matches {self.find_edit.text()!r}", 4000)
             return None
         self._find_index = (self._find_index + 1) % len(self._find_hits)
-        item = self._find_hits[self._find_index]
+        item = self.scene.ensure_item(id(self._find_hits[self._find_index]))  # on demand: made now
+        if not isinstance(item, NodeItem):  # removed since the search
+            self._find_hits = []
+            return self.find_next()
         self.view.center_on_item(item)
         self.statusBar().showMessage(f"match {self._find_index + 1} of {len(self._find_hits)}: {item.node.name}", 4000)
         return item
@@ -573,9 +576,9 @@ class MainWindow(QMainWindow):
         """Center and select the node called ``name``."""
         if self.scene is None:
             return
-        item = next((it for it in self.scene.node_items.values() if it.node.name == name), None)
-        if item is not None:
-            self.view.center_on_item(item)
+        items = self.scene.items_named([name])
+        if items:
+            self.view.center_on_item(items[0])
 
     # -- layout --------------------------------------------------------------------------------
     def relayout(self) -> None:
@@ -595,7 +598,7 @@ class MainWindow(QMainWindow):
         if scene is not self.scene:
             return
         snapshot, layout = result
-        if len(snapshot.keys) != len(scene.node_items) + len(scene.input_items) + len(scene.output_items):
+        if len(snapshot.keys) != scene.node_count() + len(scene.input_items) + len(scene.output_items):
             return  # the graph changed meanwhile; the user can lay out again
         scene.apply_layout(snapshot, layout)
         self.canvas.minimap.rebuild()
@@ -695,8 +698,9 @@ class MainWindow(QMainWindow):
     def _save_to(self, path: Path) -> bool:
         assert self.doc is not None
         if self.scene is not None and not self.scene.read_only:  # the project keeps the canvas layout
-            self.doc.project.extra[POSITIONS_KEY] = {it.node.name: [round(it.pos().x(), 1), round(it.pos().y(), 1)]
-                                                     for it in self.scene.node_items.values()}
+            names = {id(n): n.name for n in self.doc.graph.nodes}
+            self.doc.project.extra[POSITIONS_KEY] = {names[k]: [round(p.x(), 1), round(p.y(), 1)]
+                                                     for k, p in self.scene.node_positions().items() if k in names}
         try:
             self.doc.save(path)
         except (ValueError, OSError) as exc:

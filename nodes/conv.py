@@ -19,7 +19,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from nodes._util import prod, static_dims
-from nodes.kernels import conv2d_direct, conv2d_plane
+from nodes.kernels import conv2d_phases
 from nodes.registry import register
 from nodes.rules import WINDOW_RULES
 from nodes.spec import (
@@ -177,9 +177,13 @@ def window_view(xp: np.ndarray, kernel: Sequence[int], out: Sequence[int], strid
     """A (N, C, *kernel, *out) strided view of the padded input (no copy)."""
     st = xp.strides
     n = len(kernel)
-    return as_strided(xp, shape=(*xp.shape[:2], *kernel, *out),
-                      strides=(st[0], st[1], *(st[2 + i] * dils[i] for i in range(n)),
-                               *(st[2 + i] * strides[i] for i in range(n))), writeable=False)
+    shape = (*xp.shape[:2], *kernel, *out)
+    vstrides = (st[0], st[1], *(st[2 + i] * dils[i] for i in range(n)), *(st[2 + i] * strides[i] for i in range(n)))
+    if xp.flags.c_contiguous and xp.size:  # a view on the buffer directly (as_strided costs ~10 us a call)
+        v = np.ndarray(shape, xp.dtype, buffer=xp, strides=vstrides)
+        v.flags.writeable = False
+        return v
+    return as_strided(xp, shape=shape, strides=vstrides, writeable=False)
 
 
 def compute_dtype(dtype: np.dtype) -> np.dtype:
@@ -270,6 +274,15 @@ def conv_macs(shape: Sequence[Dim] | None, w_shape: Sequence[Dim] | None) -> int
 IM2COL_CHUNK_BYTES = 32 << 20
 """Largest im2col buffer built at once; bigger convolutions are computed in bands of output rows."""
 
+IM2COL_BAND_BYTES = 1 << 20
+IM2COL_BAND_WEIGHTS = 256 << 10
+"""A convolution whose weights fit IM2COL_BAND_WEIGHTS (in cache beside a band) and whose
+columns pass 2 x IM2COL_BAND_BYTES is computed in bands of output rows of about
+IM2COL_BAND_BYTES, so each band's columns are written and multiplied while in cache (measured,
+BLAS 1 thread: a 96-channel 80x80 3x3 conv to 24 channels 10.5 -> 6.6 ms, 64ch 56x56 5.6 ->
+4.0, 24ch 160x160 2x2 4.5 -> 2.8; one 22 MB buffer streamed through memory twice). Larger
+weights would be streamed again for every band (VGG's 512-channel layers slowed down)."""
+
 
 def conv_gemm(ctx: NodeContext, x_index: int = 0, w_index: int = 1, transposed: bool = False) -> list[Gemm] | None:
     """A convolution as im2col GEMMs: M = output pixels, K = C/group * kernel, N = filters per group
@@ -285,23 +298,8 @@ def conv_gemm(ctx: NodeContext, x_index: int = 0, w_index: int = 1, transposed: 
 
 DIRECT_GROUP_WIDTH = 4
 """Grouped 2-D convolutions with (input x output channels per group) up to this run the compiled
-direct kernel: measured 2-4x faster than im2col for depthwise (1 x 1) and 2 x 2, slower from
-3 x 4 on, where the batched matmul has enough work per group."""
-
-
-PLANE_ELEMENTS = 4096
-"""Output planes (rows x padded input pitch) up to this many elements run the per-plane direct
-kernel at stride 1 (measured 1.5-3.9x faster up to 28x30, slower from 64x80 on, where a row
-kept in cache wins)."""
-
-
-def _bias_filled(b: np.ndarray | None, shape: tuple[int, ...], cdt: np.dtype) -> np.ndarray:
-    """An (N, M, ...) buffer holding the bias of channel m everywhere in channel m (or zeros)."""
-    if b is None:
-        return np.zeros(shape, dtype=cdt)
-    y = np.empty(shape, dtype=cdt)
-    y[...] = b.astype(cdt, copy=False).reshape((1, -1) + (1,) * (len(shape) - 2))
-    return y
+direct kernel (nodes.kernels.conv2d_phases): measured 2-4x faster than im2col for depthwise
+(1 x 1) and 2 x 2, slower from 3 x 4 on, where the batched matmul has enough work per group."""
 
 
 def _im2col_matmul(view: np.ndarray, wk: np.ndarray, n_batch: int, group: int, rows: int) -> np.ndarray:
@@ -336,15 +334,10 @@ def conv_nd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequenc
         if b is not None:
             y += b.astype(cdt, copy=False).reshape((1, m) + (1,) * len(out))
         return y
-    xp = pad_spatial(x, pb, pe)
     ktot = prod(kernel)
     if group > 1 and ktot > 1 and len(kernel) == 2 and cg * mg <= DIRECT_GROUP_WIDTH:
-        xp, w = np.ascontiguousarray(xp), np.ascontiguousarray(w)
-        plane = out[0] * xp.shape[3]
-        if max(strides) == 1 and plane <= PLANE_ELEMENTS:
-            y = _bias_filled(b, (n_batch, m, out[0], xp.shape[3]), cdt)
-            return np.ascontiguousarray(conv2d_plane(xp, w, y, dils, group)[..., :out[1]])
-        return conv2d_direct(xp, w, _bias_filled(b, (n_batch, m, *out), cdt), strides, dils, group)
+        return conv2d_phases(x, w, b, strides, dils, (*pb, *pe), out)
+    xp = pad_spatial(x, pb, pe)
     if ktot == 1:
         xs = tap_view(xp, [0] * len(kernel), out, strides, dils)
         cols = xs.reshape(n_batch, group, cg, p)
@@ -356,10 +349,11 @@ def conv_nd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequenc
         view = window_view(xp, kernel, out, strides, dils)
         wk = w.reshape(m, cg * ktot) if group == 1 else w.reshape(group, mg, cg * ktot)
         row_bytes = n_batch * c_in * ktot * (p // out[0]) * x.itemsize
-        if row_bytes * out[0] <= IM2COL_CHUNK_BYTES:
+        banded = row_bytes * out[0] > 2 * IM2COL_BAND_BYTES and wk.nbytes <= IM2COL_BAND_WEIGHTS
+        if row_bytes * out[0] <= IM2COL_CHUNK_BYTES and not banded:
             y = _im2col_matmul(view, wk, n_batch, group, cg * ktot)
         else:  # bounded workspace: im2col a band of output rows at a time
-            rows = max(1, IM2COL_CHUNK_BYTES // max(row_bytes, 1))
+            rows = max(1, (IM2COL_BAND_BYTES if banded else IM2COL_CHUNK_BYTES) // max(row_bytes, 1))
             y = np.empty((n_batch, m, *out), dtype=cdt)
             axis = 2 + len(kernel)
             for r0 in range(0, out[0], rows):
@@ -406,13 +400,28 @@ class ConvSpec(OpSpec):
         return [TensorType(ctx.dtype(0), conv_out_shape(ctx))]
 
     def reference(self, ctx: RunContext, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
-        """im2col + matmul per group."""
+        """im2col + matmul per group; a pointwise convolution of one image is one matmul."""
+        fast = ctx.cache.get("pointwise")
+        if fast is not None and fast[0] is w and fast[1] is b and fast[2] == x.shape and fast[3] == x.dtype:
+            y = np.matmul(fast[4], x.reshape(fast[5]))
+            if fast[6] is not None:
+                y += fast[6]
+            return y.reshape(fast[7])
         key = (x.shape, w.shape)
         geom = ctx.cache.get(key)
         if geom is None:
             geom = ctx.cache[key] = (*conv_geometry(ctx.attrs, x.shape, w.shape), int(ctx.attrs["group"]))
         strides, dils, pb, pe, group = geom
-        return conv_nd(x, w, b, strides, dils, pb, pe, group).astype(x.dtype, copy=False)
+        y = conv_nd(x, w, b, strides, dils, pb, pe, group).astype(x.dtype, copy=False)
+        if (group == 1 and x.shape[0] == 1 and x.ndim >= 3 and x.dtype in (np.float32, np.float64)
+                and w.dtype == x.dtype and (b is None or b.dtype == x.dtype) and w.shape[2:] == (1,) * (x.ndim - 2)
+                and not any(pb) and not any(pe) and all(s == 1 for s in strides)):
+            # the same matmul and bias add conv_nd ran, without its per-call geometry work (the
+            # check above ran once: conv_nd raised on a bad weight or bias)
+            m = w.shape[0]
+            ctx.cache["pointwise"] = (w, b, x.shape, x.dtype, w.reshape(m, -1), (x.shape[1], -1),
+                                      None if b is None else b.reshape(m, 1), y.shape)
+        return y
 
     def gemm(self, ctx: NodeContext) -> list[Gemm] | None:
         """im2col: output pixels x (C/group * kernel) x filters per group, per group."""

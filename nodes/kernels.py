@@ -5,9 +5,12 @@ matrix-vector product; on one thread both leave most of the time in memory traff
 dispatch (issue #19: depthwise convs 5-14x onnxruntime, Gelu's erf 12x). These kernels do the
 same arithmetic in one pass, in the input's float type (float32 stays float32):
 
-- ``conv2d_direct``: a grouped 2-D convolution summed tap by tap into the output row, which
-  stays in cache; for depthwise and small-group convolutions, whose im2col is mostly copying.
-  ``conv2d_plane``: the same at stride 1 with one pass per tap over a whole (small) plane.
+- ``conv2d_phases``: a grouped 2-D convolution for depthwise and small-group convolutions,
+  whose im2col is mostly copying: the padded input split into its stride phases (so a strided
+  tap reads contiguous memory), each row of taps one contiguous loop over the output plane,
+  band by band in L1, with the running sum in a register.
+- ``pool2d``: max and sum pooling windows, row by row in cache (numpy's separable passes
+  over strided views of the whole tensor were 3-10x onnxruntime).
 - ``erf32_`` / ``gelu32_`` / ``hard_swish_``: elementwise functions in one pass, written into a
   caller-given buffer (which may be the input itself). (Sigmoid is not here: numpy's SIMD exp
   in three in-place passes measured 2x faster than a scalar exp loop.)
@@ -19,7 +22,10 @@ process loads its cached machine code; only the first process after an install c
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -33,20 +39,97 @@ def _jit():
     return _kernels_jit
 
 
-def conv2d_direct(xp: np.ndarray, w: np.ndarray, out: np.ndarray, strides: tuple[int, int],
-                  dils: tuple[int, int], group: int) -> np.ndarray:
-    """Add the grouped convolution of padded NCHW ``xp`` by (M, C/group, kh, kw) ``w`` into
-    ``out`` (N, M, OH, OW; holding the bias or zeros). All three of one float dtype, C-contiguous."""
-    _jit().conv2d_direct(xp, w, out, int(strides[0]), int(strides[1]), int(dils[0]), int(dils[1]), int(group))
-    return out
+PHASE_BAND = 2048
+"""Output positions one band of the phase kernel covers (8 KB of float32): the band stays in
+L1 while every tap adds into it."""
 
 
-def conv2d_plane(xp: np.ndarray, w: np.ndarray, out: np.ndarray, dils: tuple[int, int], group: int) -> np.ndarray:
-    """Add the stride-1 grouped convolution of padded NCHW ``xp`` by ``w`` into ``out`` of shape
-    (N, M, OH, Wp), rows at the padded input's pitch Wp (columns from OW on are scratch): each
-    tap is one contiguous pass over the whole plane. For small planes (depthwise layers of
-    14x14 to 28x28: 1.5-3.9x conv2d_direct, whose per-row passes were mostly loop overhead)."""
-    _jit().conv2d_flat(xp, w, out, int(dils[0]), int(dils[1]), int(group))
+@functools.lru_cache(maxsize=256)
+def _phase_taps(kh: int, kw: int, sy: int, sx: int, dh: int, dw: int, wq: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per tap (ky, kx): the stride phase it reads and its flat offset in that phase plane."""
+    ty, tx = np.divmod(np.arange(kh) * dh, sy), np.divmod(np.arange(kw) * dw, sx)
+    qs = (ty[1][:, None] * sx + tx[1][None, :]).reshape(-1).astype(np.int64)
+    offs = (ty[0][:, None] * wq + tx[0][None, :]).reshape(-1).astype(np.int64)
+    return qs, offs
+
+
+NHWC_CHANNELS = 32
+NHWC_PLANE = (64, 400)
+"""Depthwise convolutions with at least NHWC_CHANNELS channels and output planes up to
+NHWC_PLANE (at stride 1, at larger strides) run channels-last (depthwise_nhwc): there the
+phase kernel's short per-row loops are mostly overhead, while a loop over the channels stays
+long. Measured (BLAS 1 thread, side by side): 256ch 14x14 5x5 s2 0.30 -> 0.10 ms, 192ch 20x20
+s2 0.21 -> 0.09, 136ch 28x28 s2 0.21 -> 0.14, 544ch 7x7 s1 0.13 -> 0.08; slower at stride 1
+from 14x14 (256ch 5x5: 0.19 -> 0.28) and at stride 2 on 28x28 outputs."""
+
+
+def _depthwise_nhwc(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequence[int],
+                    dils: Sequence[int], pads: Sequence[int], out_hw: Sequence[int]) -> np.ndarray:
+    """Depthwise convolution through a padded channels-last copy (the same sums as conv2d_phases)."""
+    n_batch, c, h, wd = x.shape
+    pt, pl, pb, pr = pads
+    xp = np.zeros((n_batch, h + pt + pb, wd + pl + pr, c), x.dtype)
+    xp[:, pt:pt + h, pl:pl + wd, :] = x.transpose(0, 2, 3, 1)
+    out = np.empty((n_batch, int(out_hw[0]), int(out_hw[1]), c), x.dtype)
+    if b is None:
+        out.fill(0)
+    else:
+        out[...] = b.astype(x.dtype, copy=False)
+    wt = np.ascontiguousarray(w[:, 0].transpose(1, 2, 0))
+    _jit().depthwise_nhwc(xp, wt, out, int(strides[0]), int(strides[1]), int(dils[0]), int(dils[1]))
+    return np.ascontiguousarray(out.transpose(0, 3, 1, 2))
+
+
+def conv2d_phases(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequence[int],
+                  dils: Sequence[int], pads: Sequence[int], out_hw: Sequence[int]) -> np.ndarray:
+    """The grouped 2-D convolution (N, M, OH, OW) of NCHW ``x`` padded by ``pads`` (top, left,
+    bottom, right; negative crops) by (M, C/group, kh, kw) ``w`` plus bias ``b`` (or none), all
+    of one float dtype.
+
+    The padded input is split into its stride phases (stride s: s*s planes, each contiguous),
+    so every tap of a strided convolution reads one phase plane with unit stride; a row of taps
+    is then one contiguous loop over the output plane (kept at the phase pitch, band by band in
+    L1) with the running sum in a register. Per output element the taps add in the order
+    (input channel, ky, kx) from the bias. For depthwise and small-group convolutions, whose
+    im2col is mostly copying.
+    """
+    n_batch, c, h, wd = x.shape
+    m, cg, kh, kw = w.shape
+    sy, sx = int(strides[0]), int(strides[1])
+    oh, ow = int(out_hw[0]), int(out_hw[1])
+    pt, pl, pb, pr = (int(p) for p in pads)
+    if cg == 1 and m == c and c >= NHWC_CHANNELS and oh * ow <= NHWC_PLANE[max(sy, sx) > 1] and min(pt, pl, pb, pr) >= 0:
+        return _depthwise_nhwc(x, w, b, (sy, sx), dils, (pt, pl, pb, pr), (oh, ow))
+    hq, wq = -(-(h + pt + pb) // sy), -(-(wd + pl + pr) // sx)
+    if sy == sx == 1 and not (pt or pl or pb or pr):
+        xph = np.ascontiguousarray(x).reshape(n_batch, c, 1, hq * wq)
+    elif sy == sx == 1 and min(pt, pl, pb, pr) >= 0:  # one numpy copy (measured faster on small planes)
+        xph = np.zeros((n_batch, c, hq, wq), x.dtype)
+        xph[:, :, pt:pt + h, pl:pl + wd] = x
+        xph = xph.reshape(n_batch, c, 1, hq * wq)
+    else:
+        xph = np.empty((n_batch, c, sy * sx, hq * wq), x.dtype)
+        _jit().phase_split(np.ascontiguousarray(x), xph, pt, pl, sy, sx, wq)
+    qs, offs = _phase_taps(kh, kw, sy, sx, int(dils[0]), int(dils[1]), wq)
+    wide = np.empty((n_batch, m, oh, wq), x.dtype)
+    if b is None:
+        wide.fill(0)
+    else:
+        wide[...] = b.astype(x.dtype, copy=False).reshape(1, m, 1, 1)
+    _jit().conv2d_phase(xph, np.ascontiguousarray(w).reshape(m, cg, kh * kw), wide.reshape(n_batch, m, -1),
+                        qs, offs, kw, (oh - 1) * wq + ow, PHASE_BAND)
+    return wide if wq == ow else np.ascontiguousarray(wide[..., :ow])
+
+
+def pool2d(xp: np.ndarray, kernel: Sequence[int], out_hw: Sequence[int], strides: Sequence[int],
+           dils: Sequence[int], is_max: bool) -> np.ndarray:
+    """Max or sum over every window of padded NCHW float ``xp`` (N, C, OH, OW), in one compiled
+    pass per output row: the window's rows combined along the row (contiguous), then its taps.
+    The same order as numpy's separable passes (nodes.pooling.separable_reduce), so the same
+    sums."""
+    out = np.empty((*xp.shape[:2], int(out_hw[0]), int(out_hw[1])), xp.dtype)
+    _jit().pool2d_separable(np.ascontiguousarray(xp), out, int(kernel[0]), int(kernel[1]), int(strides[0]),
+                            int(strides[1]), int(dils[0]), int(dils[1]), bool(is_max))
     return out
 
 
@@ -97,6 +180,24 @@ def hard_swish_(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 
 
+def hard_swish_chain_(x: np.ndarray, c: Any, lo: Any, hi: Any, k: Any, mode: int) -> np.ndarray:
+    """A spelled-out HardSwish in one pass, in place: t = clip(x + c, lo, hi), then (x * t) / k,
+    (x * t) * k, x * (t / k) or x * (t * k) for ``mode`` 0-3 (the orders exporters write it in).
+    Each operation rounds in x's dtype as the numpy op chain does (same numbers). ``x`` must be
+    a C-contiguous float array and the constants of its dtype."""
+    dt = x.dtype.type
+    _jit().hard_swish_chain(x.reshape(-1), dt(c), dt(lo), dt(hi), dt(k), int(mode))
+    return x
+
+
+def channel_chain_(x: np.ndarray, codes: np.ndarray, params: np.ndarray) -> np.ndarray:
+    """Per-channel elementwise ops (codes: 0 x*p, 1 x+p, 2 x-p, 3 p-x, 4 x/p, 5 p/x, 6 max(x, 0))
+    applied in turn to every channel row of C-contiguous float ``x`` (N, C, ...) in place, each
+    rounded as its numpy op; ``params`` (ops, C) of x's dtype."""
+    _jit().channel_chain(x.reshape(x.shape[0], x.shape[1], -1), codes, params)
+    return x
+
+
 def warm_up() -> None:
     """Compile (first process after an install) or load from numba's cache every kernel, for
     float32 and float64, now instead of inside the first run that needs one.
@@ -108,8 +209,11 @@ def warm_up() -> None:
     """
     for dt in (np.float32, np.float64):
         xp = np.zeros((1, 2, 3, 3), dt)
-        conv2d_direct(xp, np.ones((2, 1, 3, 3), dt), np.zeros((1, 2, 1, 1), dt), (1, 1), (1, 1), 2)
-        conv2d_plane(xp, np.ones((2, 1, 3, 3), dt), np.zeros((1, 2, 1, 3), dt), (1, 1), 2)
+        conv2d_phases(xp, np.ones((2, 1, 3, 3), dt), None, (2, 2), (1, 1), (1, 1, 1, 1), (2, 2))
         hard_swish_(np.zeros(2, dt))
+        pool2d(xp, (2, 2), (1, 1), (1, 1), (1, 1), True)
+        _depthwise_nhwc(xp, np.ones((2, 1, 3, 3), dt), None, (1, 1), (1, 1), (1, 1, 1, 1), (3, 3))
+        hard_swish_chain_(np.zeros(2, dt), 3, 0, 6, 6, 0)
+        channel_chain_(np.zeros((1, 2, 2), dt), np.arange(7, dtype=np.int64), np.ones((7, 2), dt))
     erf32_(np.zeros(2, np.float32))
     gelu32_(np.zeros(2, np.float32))

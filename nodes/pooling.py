@@ -21,6 +21,7 @@ from nodes.conv import (
     window_attrs,
     window_geometry,
 )
+from nodes.kernels import pool2d
 from nodes.registry import register
 from nodes.rules import WINDOW_RULES
 from nodes.spec import (
@@ -114,6 +115,8 @@ def separable_reduce(xp: np.ndarray, kernel: Sequence[int], out: Sequence[int], 
     columns does k_h + k_w strided passes instead of k_h * k_w (about 1.6x faster measured).
     Always returns a new array.
     """
+    if xp.ndim == 4 and xp.dtype in (np.float32, np.float64) and op in (np.maximum, np.add) and min(out) > 0:
+        return pool2d(xp, kernel, out, strides, dils, op is np.maximum)
     r = xp
     fresh = False
     for a, (k, o, st, d) in enumerate(zip(kernel, out, strides, dils)):
@@ -143,7 +146,10 @@ class MaxPoolSpec(_WindowPool):
 
     def reference(self, ctx: RunContext, x: np.ndarray) -> Any:
         """Running maximum over the kernel taps; indices track the first maximum."""
-        kernel, strides, dils, pb, pe, out = self._geometry(ctx, x)
+        geom = ctx.cache.get(("max", x.shape))
+        if geom is None:
+            geom = ctx.cache[("max", x.shape)] = self._geometry(ctx, x)
+        kernel, strides, dils, pb, pe, out = geom
         if x.dtype.kind not in "fiu":
             raise OpError(f"{self.op_type} takes a numeric input, got {x.dtype}")
         fill: Any = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
@@ -209,18 +215,23 @@ class AveragePoolSpec(_WindowPool):
 
     def reference(self, ctx: RunContext, x: np.ndarray) -> np.ndarray:
         """Sum over the kernel taps divided by the number of counted positions."""
-        kernel, strides, dils, pb, pe, out = self._geometry(ctx, x)
         acc = _acc_dtype(x.dtype)
+        key = ("avg", x.shape, acc)
+        plan = ctx.cache.get(key)
+        if plan is None:  # geometry and divisors depend on the shape only: once per shape
+            kernel, strides, dils, pb, pe, out = self._geometry(ctx, x)
+            _, pe_declared, _ = window_geometry(x.shape[2:], kernel, strides, dils, ctx.attrs,
+                                                bool(ctx.attrs.get("ceil_mode", 0)), clamp_same=False)
+            include = bool(ctx.attrs.get("count_include_pad", 0))
+            div = np.ones([1] * len(out), dtype=acc)
+            for i, size in enumerate(x.shape[2:]):
+                lo, hi = (0, size + pb[i] + pe_declared[i]) if include else (pb[i], pb[i] + size)
+                c = _window_counts(size, out[i], kernel[i], strides[i], dils[i], lo, hi)
+                div = div * c.reshape([-1 if j == i else 1 for j in range(len(out))])
+            plan = ctx.cache[key] = (kernel, strides, dils, pb, pe, out, div)
+        kernel, strides, dils, pb, pe, out, div = plan
         xp = pad_spatial(x.astype(acc, copy=False), pb, pe, 0)
         y = separable_reduce(xp, kernel, out, strides, dils, np.add)
-        _, pe_declared, _ = window_geometry(x.shape[2:], kernel, strides, dils, ctx.attrs,
-                                            bool(ctx.attrs.get("ceil_mode", 0)), clamp_same=False)
-        include = bool(ctx.attrs.get("count_include_pad", 0))
-        div = np.ones([1] * len(out), dtype=acc)
-        for i, size in enumerate(x.shape[2:]):
-            lo, hi = (0, size + pb[i] + pe_declared[i]) if include else (pb[i], pb[i] + size)
-            c = _window_counts(size, out[i], kernel[i], strides[i], dils[i], lo, hi)
-            div = div * c.reshape([-1 if j == i else 1 for j in range(len(out))])
         with np.errstate(divide="ignore", invalid="ignore"):
             y /= div
         return y.astype(x.dtype, copy=False)

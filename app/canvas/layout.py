@@ -11,6 +11,8 @@ Steps, each linear or near-linear in nodes + edges so 50,000 nodes lay out in se
    that branches off near each consumer), which keeps skip connections readable.
 4. Crossing reduction: barycenter sweeps down and up, keeping the best order found (crossings
    are counted exactly for graphs of moderate size).
+   A graph of more than LARGE nodes is layered a second time with its linear chains collapsed
+   into one tall box each (app/canvas/chains.py), so steps 3-5 visit one row per chain.
 5. Coordinates: each layer is placed as close as possible to the weighted mean of its
    neighbours (dummy-dummy edges weigh most, so long edges run straight) subject to the
    minimum spacing and the order, solved exactly per layer with pool-adjacent-violators.
@@ -28,6 +30,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from app.canvas.chains import collapse_chains, expand_positions
 
 LAYER_GAP = 46.0  # vertical space between layer rows (room for edges and labels)
 NODE_GAP = 28.0  # horizontal space between neighbouring nodes
@@ -66,6 +70,7 @@ class LayoutResult:
     height: float
     crossings: int | None = None
     index: LayoutIndex | None = None  # made by the worker that laid out (see index_layout)
+    key_routes: dict | None = None  # ``routes`` by layout key (app/canvas/snapshot.routes_by_key)
 
 
 @dataclass
@@ -155,9 +160,21 @@ def layered_layout(data: LayoutInput, progress: Progress | None = None,
         pred[v].append(u)
     layer, live = _assign_layers(n, order, succ, pred, data.pinned_top)
     _check(cancelled)
+    # A large graph's linear chains are laid out as one box each (app/canvas/chains.py).
+    chains = collapse_chains(n, order, dag, dag_ports, succ, pred, layer, live, data.sizes, data.pinned_top,
+                             LAYER_GAP) if n > LARGE else None
+    sizes: Sequence[tuple[float, float]] = data.sizes
+    if chains is not None:
+        m = len(chains.members)
+        succ, pred = [[] for _ in range(m)], [[] for _ in range(m)]
+        for u, v in chains.dag:
+            succ[u].append(v)
+            pred[v].append(u)
+        layer, live = _assign_layers(m, chains.order, succ, pred, chains.pinned)
+        dag, dag_ports, sizes = chains.dag, chains.ports, chains.sizes
     progress(0.1, "routing long edges")
-    graph = _LayerGraph(n, layer, live)
-    graph.build(dag, dag_ports, data.sizes)
+    graph = _LayerGraph(len(sizes), layer, live)
+    graph.build(dag, dag_ports, sizes)
     _check(cancelled)
     progress(0.2, "reducing crossings")
     crossings = graph.reduce_crossings(progress, cancelled)
@@ -166,6 +183,10 @@ def layered_layout(data: LayoutInput, progress: Progress | None = None,
     _check(cancelled)
     progress(0.9, "finishing")
     result = graph.result(data.edges, crossings)
+    if chains is not None:
+        result = LayoutResult(expand_positions(chains, result.positions, data.sizes, LAYER_GAP),
+                              {chains.original_edge[e]: pts for e, pts in result.routes.items()},
+                              [result.layers[chains.rep[v]] for v in range(n)], result.width, result.height, crossings)
     result.index = index_layout(data, result)  # here, off the GUI thread
     return result
 
@@ -341,18 +362,19 @@ class _LayerGraph:
         version = [0] * depth
         seen_down: list[tuple[int, int] | None] = [None] * depth
         seen_up: list[tuple[int, int] | None] = [None] * depth
+        above, below = self._barycenter_terms(True), self._barycenter_terms(False)
         for it in range(sweeps):
             _check(cancelled)
             changed = False
             for k in range(1, depth):
                 if seen_down[k] != (version[k - 1], version[k]):
-                    if self._sort_layer(k, True, pos):
+                    if self._sort_layer(k, above, pos):
                         version[k] += 1
                         changed = True
                     seen_down[k] = (version[k - 1], version[k])
             for k in range(depth - 2, -1, -1):
                 if seen_up[k] != (version[k + 1], version[k]):
-                    if self._sort_layer(k, False, pos):
+                    if self._sort_layer(k, below, pos):
                         version[k] += 1
                         changed = True
                     seen_up[k] = (version[k + 1], version[k])
@@ -371,31 +393,43 @@ class _LayerGraph:
         self.layers = best_layers
         return best
 
-    def _sort_layer(self, k: int, upward: bool, pos: list[int]) -> bool:
-        """Order layer ``k`` by the barycenter of its neighbours above (``upward``) or below,
-        each taken at its port: a fraction of a slot left or right of the neighbour. True when
-        the order changed."""
+    def _barycenter_terms(self, upward: bool) -> list[list[float]]:
+        """Per node: the port offset (in slots) of each neighbour above (``upward``) or below
+        that its barycenter averages, paired with the neighbour: ``[w0, off0, w1, off1, ...]``.
+        A live node averages only its live neighbours when it has any. Fixed by the structure,
+        so computed once for all sweeps."""
+        live, width = self.live, self.width
+        nbrs, ports = (self.up, self.up_p) if upward else (self.down, self.down_p)
+        side = 0 if upward else 1
+        out = []
+        for v in range(len(self.layer)):
+            ns = [(w, p[side]) for w, p in zip(nbrs[v], ports[v])]
+            if live[v] and ns:
+                ns = [(w, px) for w, px in ns if live[w]] or ns
+            out.append([t for w, px in ns for t in (w, 0.9 * px / (width[w] + NODE_GAP))])
+        return out
+
+    def _sort_layer(self, k: int, terms: list[list[float]], pos: list[int]) -> bool:
+        """Order layer ``k`` by the barycenter of its neighbours above or below (``terms``, see
+        ``_barycenter_terms``), each taken at its port: a fraction of a slot left or right of
+        the neighbour. True when the order changed."""
         row = self.layers[k]
         if len(row) < 2:
             return False  # nothing to order (most rows of a long chain)
         keyed = []
-        live, width = self.live, self.width
-        nbrs, ports = (self.up, self.up_p) if upward else (self.down, self.down_p)
-        side = 0 if upward else 1
         for i, v in enumerate(row):
-            ns = [(w, p[side]) for w, p in zip(nbrs[v], ports[v])]
-            if live[v] and ns:
-                ns = [(w, px) for w, px in ns if live[w]] or ns
-            if ns:
-                at = sum(pos[w] + 0.9 * px / (width[w] + NODE_GAP) for w, px in ns)
-                keyed.append((at / len(ns), i, v))
+            t = terms[v]
+            if t:
+                at = 0
+                for j in range(0, len(t), 2):
+                    at += pos[t[j]] + t[j + 1]
+                keyed.append((at / (len(t) // 2), i, v))
             else:
                 keyed.append((float(i), i, v))  # keep nodes without neighbours in place
         keyed.sort()
-        new = [v for _, _, v in keyed]
-        if new == row:
+        if all(e[2] == v for e, v in zip(keyed, row)):
             return False
-        row[:] = new
+        row[:] = [v for _, _, v in keyed]
         for i, v in enumerate(row):
             pos[v] = i
         return True
@@ -427,14 +461,16 @@ class _LayerGraph:
         # The data flow is placed first, as if constants were not there; then each constant
         # takes the free spot nearest to its consumer's constant ports (top-right corner).
         flow = [[v for v in row if self.live[v]] for row in self.layers]
+        above, below = self._pull_terms((True,)), self._pull_terms((False,))
         for _ in range(4 if total <= LARGE else 2):
             _check(cancelled)
             for k in range(1, len(flow)):
-                self._place_layer(flow[k], (True,))
+                self._place_layer(flow[k], above)
             for k in range(len(flow) - 2, -1, -1):
-                self._place_layer(flow[k], (False,))
+                self._place_layer(flow[k], below)
+        both = [a + b for a, b in zip(above, below)]
         for row in flow:
-            self._place_layer(row, (True, False))
+            self._place_layer(row, both)
         self._place_constants()
         lo = min((self.x[v] - self.width[v] / 2 for v in range(total)), default=0.0)
         self.x = [x - lo for x in self.x]
@@ -469,36 +505,56 @@ class _LayerGraph:
                 starts.insert(i, x[v] - half)
                 ends.insert(i, x[v] + half)
 
-    def _place_layer(self, row: list[int], sides: tuple[bool, ...]) -> None:
-        """Place a row near the weighted mean of its neighbours above and/or below (exact,
-        with pool-adjacent-violators). Centres, not ports, are lined up: lining up ports
-        makes every two-input node step sideways and a long chain drift across the page."""
-        if not row:
-            return
-        live, x, n_real = self.live, self.x, self.n_real
+    def _pull_terms(self, sides: tuple[bool, ...]) -> list[list[float]]:
+        """Per node: its live neighbours above and/or below (``sides``: True for above) with the
+        weight each pulls it by, ``[u0, wt0, u1, wt1, ...]`` (see ``_place_layer``)."""
+        live, n_real = self.live, self.n_real
         lists = [self.up if upward else self.down for upward in sides]
-        desired = []
-        weights = []
-        for v in row:
-            s = w = 0.0
+        out = []
+        for v in range(len(self.layer)):
             dummy = v >= n_real
+            t: list[float] = []
             for nbrs in lists:
                 for u in nbrs[v]:
                     if not live[u]:
                         continue  # a constant never pulls the data flow sideways
                     # dummy-dummy edges weigh most, so long edges run straight
-                    wt = (8.0 if dummy else 2.0) if u >= n_real else (2.0 if dummy else 1.0)
-                    s += wt * x[u]
-                    w += wt
-            if w:
+                    t.append(u)
+                    t.append((8.0 if dummy else 2.0) if u >= n_real else (2.0 if dummy else 1.0))
+            out.append(t)
+        return out
+
+    def _place_layer(self, row: list[int], terms: list[list[float]]) -> None:
+        """Place a row near the weighted mean of its neighbours (``terms``, see ``_pull_terms``:
+        above and/or below), exact, with pool-adjacent-violators. Centres, not ports, are lined
+        up: lining up ports makes every two-input node step sideways and a long chain drift
+        across the page."""
+        if not row:
+            return
+        x, n_real = self.x, self.n_real
+        if len(row) == 1:  # most rows of a long chain
+            t = terms[row[0]]
+            if t:
+                s = w = 0.0
+                for j in range(0, len(t), 2):
+                    s += t[j + 1] * x[t[j]]
+                    w += t[j + 1]
+                x[row[0]] = s / w
+            return
+        desired = []
+        weights = []
+        for v in row:
+            t = terms[v]
+            if t:
+                s = w = 0.0
+                for j in range(0, len(t), 2):
+                    s += t[j + 1] * x[t[j]]
+                    w += t[j + 1]
                 desired.append(s / w)
                 weights.append(w)
             else:
                 desired.append(x[v])
                 weights.append(0.05)  # free nodes stay roughly where they are
-        if len(row) == 1:
-            x[row[0]] = desired[0]
-            return
         width = self.width
         if len(row) == 2:  # the common case in long chains (a node and a passing edge): closed form
             a, b = row

@@ -139,7 +139,8 @@ class MinimapWidget(QWidget):
             self._on_view_changed()
             self.schedule_rebuild()
             return
-        if bounds.isEmpty() or not sc.node_items:
+        boxes = sc.node_boxes() if sc is not None else []  # a large graph's items are made on demand
+        if bounds.isEmpty() or not boxes:
             self._pixmap = QPixmap(self.size())
             self._pixmap.fill(QColor(255, 255, 255, 235))
             self._bounds = QRectF()
@@ -149,7 +150,7 @@ class MinimapWidget(QWidget):
         w, h = self.box_size()
         s = min((w - 8) / bounds.width(), (h - 8) / bounds.height())
         offset = QPointF((w - bounds.width() * s) / 2, (h - bounds.height() * s) / 2)
-        self._build = _Build(sc, list(sc.node_items.values()), bounds, (w, h), s, offset)
+        self._build = _Build(sc, boxes, bounds, (w, h), s, offset)
         self._step_timer.start()
 
     @property
@@ -177,12 +178,11 @@ class MinimapWidget(QWidget):
         status_of = b.scene.status_of
         stop = min(len(b.items), b.done + (chunk or CHUNK))
         try:
-            for it in b.items[b.done:stop]:  # plain arithmetic: this runs over every node
-                pos = it.pos()
-                r = QRectF(pos.x() * s + ox, pos.y() * s + oy, max(it.width * s, 1.5), max(it.height * s, 1.5))
-                b.by_color.setdefault(status_of(it.node).device, []).append(r)
-                b.dots.append(pos.x() * s + ox + it.width * s / 2)
-                b.dots.append(pos.y() * s + oy + it.height * s / 2)
+            for x, y, bw, bh, node in b.items[b.done:stop]:  # plain arithmetic: this runs over every node
+                r = QRectF(x * s + ox, y * s + oy, max(bw * s, 1.5), max(bh * s, 1.5))
+                b.by_color.setdefault(status_of(node).device, []).append(r)
+                b.dots.append(x * s + ox + bw * s / 2)
+                b.dots.append(y * s + oy + bh * s / 2)
         except RuntimeError:  # an item was deleted meanwhile (an edit): its rebuild follows
             self._build = None
             self.schedule_rebuild()

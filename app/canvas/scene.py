@@ -3,6 +3,7 @@
 It observes the graph's events and updates its items; it never edits the graph itself. User
 gestures that edit (connecting ports, moving items) go through commands on the document's
 undo stack. Items are created in time-sliced chunks so a large graph never freezes the GUI,
+a graph too large to itemise gets items only where a view looks (app/canvas/on_demand.py),
 and zoomed far out a single overview item replaces thousands of items (level of detail).
 """
 
@@ -27,10 +28,11 @@ from app.canvas.edge_item import EdgeItem, EdgeLabelItem, smooth_path
 from app.canvas.group_item import GroupItem, provenance_of
 from app.canvas.layout import LayoutResult
 from app.canvas.node_item import IOItem, NodeItem, _PortedItem
+from app.canvas.on_demand import OnDemandItems
 from app.canvas.overview_item import OverviewItem
 from app.canvas.populate import Populator
 from app.canvas.port_item import PORT_HIT, PortItem
-from app.canvas.snapshot import GraphSnapshot
+from app.canvas.snapshot import GraphSnapshot, routes_by_key
 from app.placement import NodeStatus
 from app.runtime import collections_paused
 from engine.ir.events import (
@@ -51,6 +53,8 @@ log = logging.getLogger(__name__)
 OVERVIEW_MIN_ITEMS = 600  # below this many nodes every item is always drawn
 OVERVIEW_SCALE = 0.28  # zoomed out beyond this, large graphs are drawn by the overview item
 SLICE_SECONDS = 0.015  # GUI time per chunk of item creation (other work shares the GIL)
+LAZY_MIN_ITEMS = 4000  # from this many layout boxes on, items exist only where a view looks
+ITEM_BUDGET = 3000  # on demand: beyond this many node items, those far from every view go
 _UNPLACED = NodeStatus()
 
 
@@ -62,7 +66,7 @@ def _source_key(v: Value) -> Any:
     return id(p) if p is not None else ("in", v.name)
 
 
-class GraphScene(QGraphicsScene):
+class GraphScene(OnDemandItems, QGraphicsScene):
     """Items of one graph; see the module docstring."""
 
     view_ready = Signal()  # the items the views show exist (the rest are still being made)
@@ -94,9 +98,13 @@ class GraphScene(QGraphicsScene):
         self._last_pos: dict[int, QPointF] = {}
         self._drag: tuple[PortItem, QGraphicsPathItem] | None = None
         self._press_pos: dict[Any, QPointF] = {}
-        self._populating: Iterator[None] | None = None
+        self._populating: Iterator[bool] | None = None
         self._populator: Populator | None = None  # the layout's items still to make
         self._view_ready_sent = False
+        self._idle = True  # no populate slice is scheduled (on demand: the views' items exist)
+        self._lazy_shown = False
+        self._select_pending = False  # Select All also covers the nodes without items yet
+        self._pop_context: tuple[list, dict, dict] = ([], {}, {})  # per layout index: node; inputs; routes
         self._stale_items: dict[int, _PortedItem] = {}
         self._kept_selection: list[Any] = []  # selected keys while the overview is shown
         self._bounds: QRectF | None = None  # of the node and IO items (graph_bounds)
@@ -136,37 +144,81 @@ class GraphScene(QGraphicsScene):
         """Create every item at its laid-out position; in time slices unless ``chunked`` is False.
 
         Sliced, the items the views show come first (app/canvas/populate.py): ``view_ready``
-        fires once they exist, ``populated`` once every item does."""
-        pop = Populator(snapshot, result)
+        fires once they exist, ``populated`` once every item does; a graph of LAZY_MIN_ITEMS
+        boxes or more gets items on demand only (app/canvas/on_demand.py): ``populated`` then
+        fires once the views' items exist, and panning or zooming makes the others."""
+        lazy = chunked and len(snapshot.keys) >= LAZY_MIN_ITEMS
+        pop = Populator(snapshot, result, lazy=lazy, version=self.graph.version)
         self._populator = pop
-        self._view_ready_sent = False
+        self._view_ready_sent = self._lazy_shown = False
+        keys = snapshot.keys
+        nodes = snapshot.nodes
+        if len(nodes) != len(keys):  # a snapshot without them: one pass over the graph
+            by_id = {id(n): n for n in self.graph.nodes}
+            nodes = [None if isinstance(k, tuple) else by_id.get(k) for k in keys]
+        routes = result.key_routes if result.key_routes is not None else routes_by_key(snapshot, result)
+        self._pop_context = (nodes, {v.name: v for v in self.graph.inputs}, routes)
         # The scene rectangle first: changing it later rebuilds the item index over every item.
         self.setSceneRect(QRectF(0, 0, result.width, result.height).adjusted(-400, -300, 400, 300))
         self._bounds = QRectF(0.0, 0.0, result.width, result.height)  # where the layout puts them
-        self._populating = self._guarded(self._populate_steps(pop))
+        # On demand the steps never end (the next view may need items): collections are then
+        # paused per slice, not for the generator's life.
+        steps = self._populate_steps(pop)
+        self._populating = steps if lazy else self._guarded(steps)
         if not chunked:
             for _ in self._populating:
                 pass
             self._populating = None
             return
-        QTimer.singleShot(0, self._populate_slice)
+        self._schedule_slice()
+
+    def _schedule_slice(self) -> None:
+        if self._idle and self._populating is not None:
+            self._idle = False
+            QTimer.singleShot(0, self._populate_slice)
+
+    def on_view_moved(self) -> None:
+        """A view scrolled, zoomed or resized: make the items it now shows (on demand)."""
+        pop = self._populator
+        if pop is not None and pop.lazy and not self.overview_mode:
+            self._schedule_slice()
 
     def _populate_slice(self) -> None:
         steps, pop = self._populating, self._populator
         if steps is None:
+            self._idle = True
             return
         if pop is not None and not self.overview_mode:  # zoomed far out the overview shows it all
             pop.look_at([v.mapToScene(v.viewport().rect()).boundingRect() for v in self.views()])
         end = time.perf_counter() + SLICE_SECONDS
+        idle = False
         try:
-            while time.perf_counter() < end:
-                next(steps)
+            with collections_paused():
+                while time.perf_counter() < end:
+                    if not next(steps):
+                        idle = True  # on demand: what the views show exists
+                        break
         except StopIteration:
             self._populating = None
+            self._idle = True
             return
         finally:
             self._announce_view_ready()
+        if idle:
+            self._idle = True
+            self.trim_items(ITEM_BUDGET)
+            if not self._lazy_shown:
+                self._lazy_shown = True
+                QTimer.singleShot(0, self._announce_shown)  # its listeners get a slice of their own
+            return
         QTimer.singleShot(0, self._populate_slice)
+
+    def _announce_shown(self) -> None:
+        if self._populator is None or not self._populator.lazy:
+            return  # dropped or replaced meanwhile
+        self.overview.invalidate()
+        self.populate_progress.emit(1.0, "done")
+        self.populated.emit()
 
     def _announce_view_ready(self) -> None:
         pop = self._populator
@@ -174,39 +226,25 @@ class GraphScene(QGraphicsScene):
             self._view_ready_sent = True
             self.view_ready.emit()
 
-    def _populate_steps(self, pop: Populator) -> Iterator[None]:
-        snapshot = pop.snapshot
-        nodes = {id(n): n for n in self.graph.nodes}
-        inputs = {v.name: v for v in self.graph.inputs}
-        keys, positions, offsets = snapshot.keys, pop.result.positions, snapshot.offsets
-        routes = {(keys[u], keys[v]): pts for (u, v), pts in pop.result.routes.items()}
-        total, made = max(len(keys), 1), 0
-        while (i := pop.next_index()) is not None:
-            key = keys[i]
-            x, y = positions[i]
-            dx, dy = offsets.get(key, (0.0, 0.0))
-            pos = QPointF(x + dx, y + dy)
-            if isinstance(key, tuple):
-                if key[0] == "in":
-                    v = inputs.get(key[1])
-                    if v is not None and key[1] not in self.input_items:
-                        self._add_io_item(True, key[1], v, pos)
-                elif key[1] < len(self.graph.outputs) and key[1] not in self.output_items:
-                    self._add_io_item(False, key[1], self.graph.outputs[key[1]], pos)
-            else:
-                node = nodes.get(key)
-                if node is not None and node.graph is self.graph and key not in self.node_items:
-                    self._add_node_item(node, pos)
-            for j in pop.made(i):
-                self._populate_edge(pop, j, routes)
+    def _populate_steps(self, pop: Populator) -> Iterator[bool]:
+        """Make the next item per step (True); on demand, False while nothing in view is left."""
+        total, made = max(len(pop.snapshot.keys), 1), 0
+        while True:
+            i = pop.next_index()
+            if i is None:
+                if not pop.lazy:
+                    break
+                yield False
+                continue
+            self._make_index(pop, i)
             made += 1
-            if made % 200 == 0:
+            if made % 200 == 0 and not pop.lazy:
                 self.populate_progress.emit(made / total, "drawing nodes")
-            yield
+            yield True
         self._populator = None
         self._bounds = QRectF(0.0, 0.0, pop.result.width, pop.result.height)
         self.overview.invalidate()
-        yield  # what listens to "populated" (analysis, panels) gets a slice of its own
+        yield True  # what listens to "populated" (analysis, panels) gets a slice of its own
         self.populate_progress.emit(1.0, "done")
         self.populated.emit()
 
@@ -224,7 +262,11 @@ class GraphScene(QGraphicsScene):
             v = item.node.input(slot[1]) if item is not None else None
         if v is None:
             return
-        paths = {slot: pop.path(j)} if _source_key(v) == src_key else None
+        u, w = pop.snapshot.data.edges[j]
+        ends = (self.item_for_key(src_key), self.item_for_key(pop.snapshot.keys[w]))
+        as_laid_out = all(e is not None and e.pos() == QPointF(*self._layout_pos(pop, k))
+                          for e, k in zip(ends, (u, w)))  # else (an end moved) the path follows the ports
+        paths = {slot: pop.path(j)} if _source_key(v) == src_key and as_laid_out else None
         if isinstance(slot[0], tuple):
             self._set_output_edge(slot[0][1], routes, paths)
         else:
@@ -239,16 +281,21 @@ class GraphScene(QGraphicsScene):
 
     @property
     def is_populating(self) -> bool:
-        """True while items are still being created."""
-        return self._populating is not None
+        """True while items are still being created (on demand: those the views show)."""
+        return self._populating is not None and not (self._idle and self._lazy_shown)
 
     def apply_layout(self, snapshot: GraphSnapshot, result: LayoutResult) -> None:
         """Move existing items to a new layout (after "Lay out again" or expanding a group)."""
+        if self._populator is not None and self._populator.lazy:  # on demand: made again where seen
+            self._drop_all_items()
+            self.populate(snapshot, result)
+            self._lazy_shown = self._view_ready_sent = True  # on screen already: not announced again
+            return
         if self._populating is not None:  # the old layout's items first, then they all move
             for _ in self._populating:
                 pass
             self._populating = None
-        routes = {(snapshot.keys[u], snapshot.keys[v]): pts for (u, v), pts in result.routes.items()}
+        routes = result.key_routes if result.key_routes is not None else routes_by_key(snapshot, result)
         for i, key in enumerate(snapshot.keys):
             item = self.item_for_key(key)
             if item is None:
@@ -277,6 +324,10 @@ class GraphScene(QGraphicsScene):
                     x, y = p.x(), p.y()
                     x0, y0 = min(x0, x), min(y0, y)
                     x1, y1 = max(x1, x + it.width), max(y1, y + it.height)
+            pending = self._populator.pending_extent() if self._populator is not None else None
+            if pending is not None:  # on demand: where the layout puts the nodes without items
+                x0, y0 = min(x0, pending[0]), min(y0, pending[1])
+                x1, y1 = max(x1, pending[2]), max(y1, pending[3])
             self._bounds = QRectF(x0, y0, x1 - x0, y1 - y0) if x1 >= x0 else QRectF()
         return QRectF(self._bounds)
 
@@ -436,9 +487,16 @@ class GraphScene(QGraphicsScene):
         if pos is None:
             pos = self._last_pos.pop(id(node), None)
         if pos is None:
+            pos = self.layout_position(id(node))  # on demand: it never had an item
+        if pos is None:
             r = self.graph_bounds()
             pos = QPointF(r.right() + 60, r.top() + 40)
-        item = self._add_node_item(node, pos)
+        self._connect_all(self._add_node_item(node, pos))
+        self._bounds = None  # (on demand the layout's extent holds otherwise)
+
+    def _connect_all(self, item: NodeItem) -> None:
+        """Draw every edge of ``item``'s node whose other end has an item."""
+        node = item.node
         for idx in range(len(node.inputs)):
             self._set_edge(item, idx)
         for v in node.outputs:
@@ -483,6 +541,11 @@ class GraphScene(QGraphicsScene):
         # hover reached its node (the pointer came from outside the node's outline, where half
         # of each port's hit square lies) must still start a wire, not select the edge below.
         self._ensure_ports_near(event.scenePos(), PORT_HIT)
+        if self._select_pending and not event.modifiers() & (Qt.KeyboardModifier.ControlModifier
+                                                             | Qt.KeyboardModifier.ShiftModifier):
+            hit = self.itemAt(event.scenePos(), self.views()[0].transform()) if self.views() else None
+            if hit is None or not hit.isSelected():  # a click elsewhere ends Select All
+                self._select_pending = False
         super().mousePressEvent(event)
 
     def _ensure_ports_near(self, pos: QPointF, radius: float) -> None:
@@ -646,37 +709,7 @@ class GraphScene(QGraphicsScene):
         self.relayout_requested.emit()
 
     # -- queries -----------------------------------------------------------------------------
-    def find(self, text: str) -> list[NodeItem]:
-        """Node items whose name or op type contains ``text`` (case-insensitive), by position."""
-        t = text.strip().lower()
-        if not t:
-            return []
-        hits = [it for it in self.node_items.values() if t in it.node.name.lower() or t in it.node.op_type.lower()]
-        hits.sort(key=lambda it: (it.pos().y(), it.pos().x()))
-        return hits
-
-    def select_all(self) -> None:
-        """Select every node item, announcing the new selection once (not once per item)."""
-        if self.overview_mode:  # hidden items cannot be selected: select them on the way in
-            self._kept_selection = list(self.node_items)
-            return
-        blocked = self.blockSignals(True)
-        try:
-            for it in self.node_items.values():
-                it.setSelected(True)
-        finally:
-            self.blockSignals(blocked)
-        self.selectionChanged.emit()
-
-    def selected_nodes(self) -> list[Node]:
-        """The IR nodes of the selected node items."""
-        return [it.node for it in self.selectedItems() if isinstance(it, NodeItem)]
-
     def selected_edges(self) -> list[tuple[Node, int]]:
         """(consumer node, input index) of the selected edges into nodes."""
         return [(e.target.node, e.in_index) for e in self.selectedItems()  # type: ignore[attr-defined]
                 if isinstance(e, EdgeItem) and isinstance(e.target, NodeItem)]
-
-    def node_positions(self) -> dict[int, QPointF]:
-        """Position of every node item by ``id(node)``."""
-        return {k: it.pos() for k, it in self.node_items.items()}

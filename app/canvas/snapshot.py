@@ -9,7 +9,7 @@ from typing import Any
 
 from app import style
 from app.canvas.group_item import CHIP_GAP, CHIP_H, CHIP_W, MARGIN, TITLE, provenance_of
-from app.canvas.layout import LayoutInput
+from app.canvas.layout import LayoutInput, LayoutResult
 from app.canvas.node_item import input_port_xs, node_port_counts
 from app.canvas.port_item import port_x
 from engine.ir.graph import Graph
@@ -25,6 +25,16 @@ class GraphSnapshot:
     offsets: dict[Any, tuple[float, float]]
     # Per edge of ``data.edges``: the input slot it feeds, (id(node), index) or (("out", k), 0).
     slots: list[tuple[Any, int]] = field(default_factory=list)
+    # Per key: the node it stands for (None for graph inputs and outputs), so the GUI thread
+    # finds a key's node without a pass over the graph (items made on demand).
+    nodes: list[Any] = field(default_factory=list)
+    index: dict[Any, int] = field(default_factory=dict)  # key -> its position in ``keys``
+
+
+def routes_by_key(snapshot: GraphSnapshot, result: LayoutResult) -> dict[tuple[Any, Any], list[tuple[float, float]]]:
+    """The bend points of each long edge of ``result`` keyed by its ends' layout keys."""
+    keys = snapshot.keys
+    return {(keys[u], keys[v]): pts for (u, v), pts in result.routes.items()}
 
 
 def node_box(node: Any, expanded: bool) -> tuple[float, float, float, float]:
@@ -92,7 +102,8 @@ def take_snapshot(graph: Graph, expanded: Iterable[int] = ()) -> GraphSnapshot:
             slots.append((key, 0))
             ports.append((_out_dx(v, n_outs, graph), 0.0))
     top = {i for i, k in enumerate(keys) if isinstance(k, tuple) and k[0] == "in"}
-    return GraphSnapshot(keys, LayoutInput(sizes, edges, top, ports), offsets, slots)
+    nodes = [None] * len(graph.inputs) + list(graph.nodes) + [None] * len(graph.outputs)
+    return GraphSnapshot(keys, LayoutInput(sizes, edges, top, ports), offsets, slots, nodes, index)
 
 
 def _out_dx(v: Any, n_outs: dict[int, int], graph: Graph) -> float:

@@ -44,6 +44,16 @@ class GraphView(QGraphicsView):
         self._pan_from: QPointF | None = None
         self.horizontalScrollBar().valueChanged.connect(self.view_changed)
         self.verticalScrollBar().valueChanged.connect(self.view_changed)
+        self.view_changed.connect(self._on_view_changed)
+
+    def _on_view_changed(self) -> None:
+        sc = self.graph_scene()
+        if sc is not None:
+            sc.on_view_moved()  # a large graph makes the items of what is now in view
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self._on_view_changed()
 
     def graph_scene(self) -> GraphScene | None:
         sc = self.scene()

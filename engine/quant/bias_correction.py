@@ -75,12 +75,15 @@ def _preactivation(graph: Graph, node: Node, args: list) -> np.ndarray:
 
 
 def measure_shifts(build: Graph, calib: Calibration, config: QuantConfig,
-                   ref_envs: Sequence[Mapping[str, np.ndarray]]) -> dict[str, tuple[np.ndarray, float]]:
+                   ref_envs: Sequence[Mapping[str, np.ndarray]],
+                   reference: Graph | None = None) -> dict[str, tuple[np.ndarray, float]]:
     """node name -> (mean shift per output channel, RMS of the output) of each correctable op of
     ``build`` quantized alone: its input, weight and bias quantized as the QDQ model does, the
     input taken from the FP32 values ``ref_envs``, both outputs taken before the fused activation.
     Measuring each op alone keeps the corrections independent: corrected together, an op would
-    also cancel the shifts of the ops above it, which their own corrections already remove."""
+    also cancel the shifts of the ops above it, which their own corrections already remove.
+    The FP32 side takes its weights from ``reference`` when given (``build``'s may already be
+    rounded, by AdaRound)."""
     qm = build_qdq(build, calib, config)
     out: dict[str, tuple[np.ndarray, float]] = {}
     for n in correctable(build, qm.node_precision):
@@ -88,7 +91,9 @@ def measure_shifts(build: Graph, calib: Calibration, config: QuantConfig,
         for env in ref_envs:
             if any(v is not None and v.const is None and v.name not in env for v in n.inputs):
                 break
-            fp_args = [None if v is None else v.const if v.const is not None else env[v.name] for v in n.inputs]
+            fp_node = reference.node_by_name(n.name) if reference is not None else None
+            fp_args = [None if v is None else v.const if v.const is not None else env[v.name]
+                       for v in (fp_node or n).inputs]
             q_args = isolated_args(qm, n, env)
             ref = _preactivation(build, n, fp_args)
             d = _preactivation(build, n, q_args) - ref
@@ -104,12 +109,14 @@ def measure_shifts(build: Graph, calib: Calibration, config: QuantConfig,
 
 
 def correct_biases(build: Graph, calib: Calibration, config: QuantConfig,
-                   ref_envs: Sequence[Mapping[str, np.ndarray]]) -> tuple[Graph, list[BiasShift]]:
+                   ref_envs: Sequence[Mapping[str, np.ndarray]],
+                   reference: Graph | None = None) -> tuple[Graph, list[BiasShift]]:
     """A copy of ``build`` whose Conv/Gemm biases cancel the mean output shift each op's own
-    quantization causes (measured on the FP32 values ``ref_envs``), and what each correction was."""
+    quantization causes (measured on the FP32 values ``ref_envs``, against ``reference``'s
+    weights when given), and what each correction was."""
     g = clone_graph(build)
     out = []
-    for name, (shift, rms) in measure_shifts(g, calib, config, ref_envs).items():
+    for name, (shift, rms) in measure_shifts(g, calib, config, ref_envs, reference).items():
         node = g.node_by_name(name)
         assert node is not None
         _add_to_bias(g, node, -shift)

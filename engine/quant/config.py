@@ -43,7 +43,7 @@ class QuantConfig:
     ``tflite`` follows the TFLite int8 spec (engine/quant/tflite_spec.py): per-channel symmetric
     weights, quantized model outputs and constant operands, the parameters LiteRT requires.
     ``method="auto"`` picks each tensor's range method by the error it causes downstream
-    (engine/quant/autorange.py). ``cle``, ``smoothquant`` and ``bias_correction`` switch the PTQ
+    (engine/quant/autorange.py). ``cle``, ``smoothquant``, ``adaround`` and ``bias_correction`` switch the PTQ
     algorithms of engine/quant/ptq.py: "auto" keeps one only where it raises the output SQNR on
     the calibration samples, "on" always applies it, "off" never.
     ``reduce_range`` stores 8-bit weights in 7 bits ([-64, 63]): x86 CPUs without VNNI add pairs of
@@ -65,12 +65,13 @@ class QuantConfig:
     cle: str = "off"
     smoothquant: str = "off"
     bias_correction: str = "off"
+    adaround: str = "off"
 
     def __post_init__(self) -> None:
         if self.method not in CONFIG_METHODS:
             raise InputError(f"--method must be one of {', '.join(CONFIG_METHODS)}, got {self.method!r}")
         for flag, mode in (("--cle", self.cle), ("--smoothquant", self.smoothquant),
-                           ("--bias-correction", self.bias_correction)):
+                           ("--bias-correction", self.bias_correction), ("--adaround", self.adaround)):
             if mode not in PTQ_MODES:
                 raise InputError(f"{flag} must be one of {', '.join(PTQ_MODES)}, got {mode!r}")
         if self.dtype not in ("int8", "uint8", "int16"):
@@ -104,4 +105,5 @@ class QuantConfig:
                 "reduce_range": self.reduce_range, **({"tflite": True} if self.tflite else {}),
                 "precision": dict(sorted(self.precision.items())),
                 "method_overrides": dict(sorted(self.method_overrides.items())),
-                "cle": self.cle, "smoothquant": self.smoothquant, "bias_correction": self.bias_correction}
+                "cle": self.cle, "smoothquant": self.smoothquant, "bias_correction": self.bias_correction,
+                "adaround": self.adaround}

@@ -1,8 +1,8 @@
 """PTQ algorithms in one pipeline, each kept only where it measurably helps.
 
 Order: cross-layer equalization (engine.quant.equalize), SmoothQuant (same module), the range
-method of every tensor (engine.quant.autorange, ``--method auto``), then empirical bias
-correction (engine.quant.bias_correction). Each step is measured: the worst pooled output SQNR
+method of every tensor (engine.quant.autorange, ``--method auto``), AdaRound weight rounding
+(engine.quant.adaround), then empirical bias correction (engine.quant.bias_correction). Each step is measured: the worst pooled output SQNR
 of the QDQ model against FP32 before and after it, on "decision" samples (the first calibration
 samples) and on held-out samples (the last quarter of the calibration set when it has at least 4
 samples: a step is kept only if the held-out SQNR does not fall, but no choice between
@@ -14,7 +14,8 @@ dB it bought in the quantize report (``"ptq"``).
 
 CLE and SmoothQuant return a float graph that computes what the input graph computes (up to
 float rounding): it is the reference the analysis compares with, so layer errors stay
-meaningful. Bias correction changes only the graph that is quantized, never the reference.
+meaningful. AdaRound and bias correction change only the graph that is quantized, never the
+reference (bias correction measures its shifts against the reference's weights).
 Memory stays flat in the number of samples: calibration keeps histograms, and the FP32 values
 the decisions need are held for a fixed handful of samples.
 """
@@ -108,7 +109,7 @@ class Prepared:
 def wants_pipeline(config: QuantConfig) -> bool:
     """True when any PTQ algorithm may run."""
     return config.method == "auto" or any(m != "off" for m in (config.cle, config.smoothquant,
-                                                               config.bias_correction))
+                                                               config.adaround, config.bias_correction))
 
 
 def split(data: CalibrationSet) -> tuple[int, list[dict[str, np.ndarray]]]:
@@ -216,8 +217,10 @@ def prepare(graph: Graph, data: CalibrationSet, config: QuantConfig, progress: S
     if config.method == "auto":
         cfg, cur = _range_step(p, steps, cur, values)
     build = p.graph
+    if config.adaround != "off":
+        build, cur = _adaround_step(p, steps, cur, cfg)
     if config.bias_correction != "off":
-        build, cur = _bias_step(p, steps, cur, cfg, values)
+        build, cur = _bias_step(p, steps, cur, cfg, values, build)
     del values
     return Prepared(p.graph, build, p.calib, cfg, steps, p.usable, len(p.heldout),
                     time.perf_counter() - t_all)
@@ -366,20 +369,46 @@ def _topological_tensors(graph: Graph, calib: Calibration) -> list[str]:
     return list(order)
 
 
-def _bias_step(p: _Pipeline, steps: list[PTQStep], cur, cfg: QuantConfig, values):
+def _adaround_step(p: _Pipeline, steps: list[PTQStep], cur, cfg: QuantConfig):
+    """AdaRound on the calibration samples decisions may use (the held-out ones verify it)."""
+    from engine.quant.adaround import adaround
+
+    t = time.perf_counter()
+    qm = build_qdq(p.graph, p.calib, cfg)
+    samples = (p.calib_data.sample(i) for i in range(p.usable))
+    build, layers = adaround(p.graph, qm, samples, cfg.reduce_range, p.check)
+    done = [r for r in layers if r.applied]
+    if not done:
+        steps.append(PTQStep("adaround", p.config.adaround, False, [r.to_json() for r in layers], (cur[0], cur[0]),
+                             None, time.perf_counter() - t, "no layer's output error fell below nearest rounding's"))
+        return p.graph, cur
+    new = p.scores(p.graph, build, p.calib, cfg)
+    kept = p.keep(p.config.adaround, cur, new)
+    calib_db, held = p.pair(cur, new)
+    top = sorted(done, key=lambda r: r.nearest_db - r.adaround_db)
+    steps.append(PTQStep("adaround", p.config.adaround, kept,
+                         {"layers": len(done), "layers_considered": len(layers),
+                          "weights_flipped": sum(r.flipped for r in done),
+                          "weights": sum(r.weights for r in done),
+                          "largest": [r.to_json() for r in top[:5]]},
+                         calib_db, held, time.perf_counter() - t))
+    return (build, new) if kept else (p.graph, cur)
+
+
+def _bias_step(p: _Pipeline, steps: list[PTQStep], cur, cfg: QuantConfig, values, build: Graph):
     from engine.quant.bias_correction import correct_biases
 
     t = time.perf_counter()
-    build, shifts = correct_biases(p.graph, p.calib, cfg, values)
+    corrected, shifts = correct_biases(build, p.calib, cfg, values, reference=p.graph)
     if not shifts:
         steps.append(PTQStep("bias_correction", p.config.bias_correction, False, [], (cur[0], cur[0]), None,
                              time.perf_counter() - t, "no quantized Conv/Gemm without a fused activation"))
-        return p.graph, cur
-    new = p.scores(p.graph, build, p.calib, cfg)
+        return build, cur
+    new = p.scores(p.graph, corrected, p.calib, cfg)
     kept = p.keep(p.config.bias_correction, cur, new)
     calib_db, held = p.pair(cur, new)
     top = sorted(shifts, key=lambda s: -s.relative_shift)
     steps.append(PTQStep("bias_correction", p.config.bias_correction, kept,
                          {"nodes": len(shifts), "largest": [s.to_json() for s in top[:5]]},
                          calib_db, held, time.perf_counter() - t))
-    return (build, new) if kept else (p.graph, cur)
+    return (corrected, new) if kept else (build, cur)

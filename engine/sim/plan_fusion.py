@@ -15,6 +15,14 @@ folded on the first run):
   the producer's step on the producer's fresh output buffer (the consumer's own kernel with
   that input donated, so the arithmetic is the unfused one). ``x * Sigmoid(x)`` (SiLU) fuses
   the same way. This saves the per-step dispatch and a buffer.
+- Two or more per-channel post-ops in a row (a decomposed BatchNormalization's Mul and Add, a
+  Relu, Sub/Div by a per-channel constant; a standalone BatchNormalization counts as a
+  producer, its dying input donated): one ChannelChain pass over each channel's row in cache
+  (nodes.kernels.channel_chain_), the same operations in the same order (same numbers).
+- HardSwish spelled out as y * clip(y + 3, 0, 6) / 6 (Add, Clip, Mul, Div or Mul in the four
+  orders exporters write; PaddleOCR's models hold 9-18 of them) on a Conv/Gemm/MatMul output
+  whose only readers are the Add and the Mul: one compiled in-place pass over the producer's
+  buffer (nodes.kernels.hard_swish_chain_, each operation rounded in the ops' own order).
 - Gelu spelled out as x * 0.5 * (1 + erf(x / sqrt(2))) (the forms the optimizer's GeluRule
   recognizes): one Gelu step, one pass of the compiled kernel (float64 inside, so at least as
   close to the exact value as the float32 chain) instead of five.
@@ -36,8 +44,12 @@ from engine.passes.fuse_bn import bn_affine
 from nodes import registry
 from nodes.spec import RunContext
 
-FRESH_PRODUCERS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
-"""Default-domain ops whose kernel always returns a new buffer nothing else holds."""
+FRESH_PRODUCERS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "BatchNormalization"})
+"""Default-domain ops whose kernel always returns a buffer nothing else holds (a new one, or for
+BatchNormalization its donated dying input)."""
+
+CHANNEL_OPS = {"Mul": (0, 0), "Add": (1, 1), "Sub": (2, 3), "Div": (4, 5)}
+"""Binary ops a channel chain takes: (code with the chained value first, code with it second)."""
 
 
 @dataclass
@@ -69,6 +81,111 @@ def run_post(posts: tuple[PostOp, ...], y: Any) -> Any:
         margs[1 - m.slot] = s
         y = _array(m.fn(m.ctx, *margs))
     return y
+
+
+class HardSwishChain:
+    """The post-op of a spelled-out HardSwish (_Fuser.hard_swish): one compiled in-place pass over
+    a float32/float64 buffer; any other input runs the four ops' own kernels in order."""
+
+    def __init__(self, steps: list[Any], y: str, consts: Mapping[str, Any], params: tuple) -> None:
+        self.steps = [(s.spec.reference, _ctx(s, -1), s.inputs, s.outputs[0]) for s in steps]
+        self.y = y
+        self.consts = {n: consts[n] for s in steps for n in s.inputs if n is not None and n in consts}
+        self.params = params
+        self.dtypes = {v.dtype for v in self.consts.values()}
+
+    def __call__(self, _ctx: RunContext, y: Any) -> Any:
+        if isinstance(y, np.ndarray) and y.dtype in (np.float32, np.float64) and self.dtypes == {y.dtype} \
+                and y.flags.c_contiguous and y.flags.writeable:
+            from nodes.kernels import hard_swish_chain_
+
+            return hard_swish_chain_(y, *self.params)
+        env = {self.y: y}
+        for fn, ctx, inputs, out in self.steps:
+            env[out] = _array(fn(ctx, *[env[n] if n in env else self.consts.get(n) for n in inputs]))
+        return env[self.steps[-1][3]]
+
+
+def _chainable(p: PostOp) -> bool:
+    op = p.ctx.node.op_type
+    return p.extra is None and not p.ctx.node.domain and p.ctx.opset >= 7 and (
+        op in ("Relu", "BatchNormalization") or (op in CHANNEL_OPS and len(p.args) == 2))
+
+
+def _chain_channel_ops(posts: list[PostOp]) -> tuple[PostOp, ...]:
+    """Runs of two or more per-channel post-ops (BatchNormalization, Relu, Mul/Add/Sub/Div by a
+    constant) become one ChannelChain post-op."""
+    out: list[PostOp] = []
+    run: list[PostOp] = []
+    for p in [*posts, None]:
+        if p is not None and _chainable(p):
+            run.append(p)
+            continue
+        if len(run) >= 2:
+            out.append(PostOp(ChannelChain(tuple(run)), run[0].ctx, (None,), 0))
+        else:
+            out.extend(run)
+        run = []
+        if p is not None:
+            out.append(p)
+    return tuple(out)
+
+
+class ChannelChain:
+    """Per-channel post-ops (a decomposed BatchNormalization's Mul and Add, a Relu, ...) in one
+    compiled pass over each channel's row, in cache (nodes.kernels.channel_chain_): the same
+    operations in the same order as the ops' kernels, so the same numbers. The first run with a
+    shape runs the kernels one by one (BatchNormalization keeps its scale and shift then) and
+    builds the chain's per-channel parameters; a shape or constant the chain cannot take keeps
+    the kernels."""
+
+    def __init__(self, posts: tuple[PostOp, ...]) -> None:
+        self.posts = posts
+        self.progs: dict[tuple, Any] = {}
+
+    def __call__(self, _ctx: RunContext, y: Any) -> Any:
+        key = (np.shape(y), getattr(y, "dtype", None))
+        prog = self.progs.get(key)
+        if prog is not None and prog is not False and y.flags.c_contiguous and y.flags.writeable:
+            from nodes.kernels import channel_chain_
+
+            return channel_chain_(y, *prog)
+        out = run_post(self.posts, y)
+        if prog is None:
+            self.progs[key] = self._build(key[0], key[1]) or False
+        return out
+
+    def _build(self, shape: tuple[int, ...], dtype: Any) -> tuple[np.ndarray, np.ndarray] | None:
+        if dtype not in (np.float32, np.float64) or len(shape) < 2 or not all(shape):
+            return None
+        c = shape[1]
+        codes: list[int] = []
+        params: list[np.ndarray] = []
+        for p in self.posts:
+            op = p.ctx.node.op_type
+            if op == "Relu":
+                codes.append(6)
+                params.append(np.zeros(c, dtype))
+            elif op == "BatchNormalization":
+                hit = p.ctx.cache.get("affine")
+                if hit is None or hit[0] != (shape, dtype):
+                    return None
+                for code, v in ((0, hit[2][0]), (1, hit[2][1])):
+                    if v.dtype != dtype or v.size != c:
+                        return None
+                    codes.append(code)
+                    params.append(v.reshape(c))
+            else:
+                k = np.asarray(p.args[1 - p.slot])
+                lead = (1,) * (len(shape) - k.ndim)
+                if k.dtype != dtype or k.ndim > len(shape) or np.broadcast_shapes(k.shape, shape) != shape:
+                    return None
+                full = k.reshape(lead + k.shape)
+                if k.size != 1 and (full.shape[1] != c or full.size != c):
+                    return None
+                codes.append(CHANNEL_OPS[op][p.slot])
+                params.append(np.broadcast_to(k.reshape(-1), (c,)) if k.size == 1 else full.reshape(c))
+        return np.array(codes, np.int64), np.ascontiguousarray(np.stack(params).astype(dtype, copy=False))
 
 
 def _array(res: Any) -> Any:
@@ -164,13 +281,13 @@ class _Fuser:
             j = self.sole_reader(k)
             post = self.post_op(k, j) if j is not None else None
             if post is None:
-                post = self.silu(k)
+                post = self.silu(k) or self.hard_swish(k)
                 if post is None:
                     break
             else:
                 self.absorb(k, j)  # type: ignore[arg-type]
             posts.append(post)
-        step.post = tuple(posts)
+        step.post = _chain_channel_ops(posts)
 
     def post_op(self, k: int, j: int) -> PostOp | None:
         """Step j as a post-op on step k's output, when it runs in place with constant other inputs."""
@@ -214,6 +331,84 @@ class _Fuser:
         self.dead.update(users)
         return PostOp(sig.spec.reference, _ctx(sig, -1), (None,), 0, extra)
 
+
+    def scalar(self, step: Any, i: int) -> float | None:
+        """Input i of a step as a float scalar constant (a one-element float array), else None."""
+        v = self.const(step.inputs[i]) if i < len(step.inputs) else None
+        return float(v.reshape(-1)[0]) if v is not None and v.size == 1 and v.dtype.kind == "f" else None
+
+    def plain(self, j: int | None, op: str) -> bool:
+        """Step j is a default-domain ``op`` with no fused activation or post-ops of its own."""
+        return j is not None and self.steps[j].spec.op_type == op and not self.steps[j].spec.domain \
+            and self.steps[j].activation is None and not self.steps[j].post
+
+    def scaling(self, j: int | None, x: str | None) -> tuple[float, bool] | None:
+        """Step j divides ``x`` by a scalar constant (value, True) or multiplies it by one (value,
+        False), else None."""
+        if j is None or x is None:
+            return None
+        st = self.steps[j]
+        if self.plain(j, "Div") and st.inputs[0] == x and len(st.inputs) == 2:
+            v = self.scalar(st, 1)
+            return None if v is None else (v, True)
+        if self.plain(j, "Mul") and st.inputs.count(x) == 1 and len(st.inputs) == 2:
+            v = self.scalar(st, 1 - st.inputs.index(x))
+            return None if v is None else (v, False)
+        return None
+
+    def hard_swish(self, k: int) -> PostOp | None:
+        """y * clip(y + c, lo, hi) with a division or multiplication by a constant before or after
+        the product (HardSwish spelled out, as PaddleOCR's exports write it), where the Add and the
+        Mul are the only readers of y: one compiled pass over the producer's buffer instead of four
+        (each operation rounded as the ops round it)."""
+        y = self.steps[k].outputs[0]
+        if y is None or y in self.keep or self.readers[y] != 2 or any(
+                n is not None and (self.readers[n] or n in self.keep) for n in self.steps[k].outputs[1:]):
+            return None
+        users = [j for j in range(k + 1, len(self.steps)) if j not in self.dead and y in self.steps[j].inputs]
+        if len(users) != 2 or any(self.steps[j].inputs.count(y) != 1 for j in users):
+            return None
+        adds = [j for j in users if self.plain(j, "Add")]
+        if not adds:
+            return None
+        add_j = adds[0]
+        mul_j = users[1] if add_j == users[0] else users[0]
+        add = self.steps[add_j]
+        c = self.scalar(add, 1 - add.inputs.index(y)) if len(add.inputs) == 2 else None
+        clip_j = self.sole_reader(add_j)
+        if c is None or not self.plain(clip_j, "Clip") or self.steps[clip_j].inputs[0] != add.outputs[0]:
+            return None
+        clip = self.steps[clip_j]
+        if clip.ctx.opset < 11:
+            lo, hi = clip.ctx.attrs.get("min"), clip.ctx.attrs.get("max")
+        else:
+            lo, hi = self.scalar(clip, 1), self.scalar(clip, 2)
+        t = clip.outputs[0]
+        if lo is None or hi is None or not self.plain(mul_j, "Mul"):
+            return None
+        mul = self.steps[mul_j]
+        if self.sole_reader(clip_j) == mul_j:  # (y * t) scaled
+            if sorted(mul.inputs, key=str) != sorted((y, t), key=str):
+                return None
+            last_j = self.sole_reader(mul_j)
+            sc = self.scaling(last_j, mul.outputs[0])
+            mode = 0 if sc is not None and sc[1] else 1
+            chain = [add_j, clip_j, mul_j, last_j]
+        else:  # y * (t scaled)
+            s_j = self.sole_reader(clip_j)
+            sc = self.scaling(s_j, t)
+            if sc is None or self.sole_reader(s_j) != mul_j or \
+                    sorted(mul.inputs, key=str) != sorted((y, self.steps[s_j].outputs[0]), key=str):  # type: ignore[index]
+                return None
+            mode = 2 if sc[1] else 3
+            chain = [add_j, clip_j, s_j, mul_j]
+        if sc is None:
+            return None
+        fn = HardSwishChain([self.steps[j] for j in chain], y, self.consts,  # type: ignore[index]
+                            (c, float(lo), float(hi), sc[0], mode))
+        self.steps[k].outputs = self.steps[chain[-1]].outputs  # type: ignore[index]
+        self.dead.update(chain)  # type: ignore[arg-type]
+        return PostOp(fn, _ctx(self.steps[k], -1), (None,), 0)
 
     def gelu(self, k: int) -> None:
         """x * 0.5 * (1 + erf(x / sqrt(2))) spelled out in five ops (the optimizer's GeluRule

@@ -93,7 +93,7 @@ def test_zooming_out_while_the_items_are_made_draws_every_node(qtbot, tmp_path):
         assert scene.overview_mode
         assert scene.is_populating
         scene.overview.rebuild()
-        boxes = sum(len(r) for r in scene.overview._rects.values())
+        boxes = scene.overview.box_count
         assert boxes == NODES + len(scene.graph.inputs) + len(scene.graph.outputs)
         with qtbot.waitSignal(win.document_shown, timeout=60000):
             pass

@@ -85,3 +85,49 @@ def test_producers_are_ordered_like_the_input_ports_they_feed():
     ports = [(0.0, 0.0), (0.0, 0.0), (0.0, -50.0), (0.0, 50.0)]
     res = layered_layout(LayoutInput([(176.0, 58.0)] * 4, edges, {0}, ports))
     assert res.positions[2][0] < res.positions[1][0]
+
+
+def _boxes_overlap(positions, sizes) -> int:
+    """Pairs of boxes that overlap anywhere (rows of any height, not only within a layer)."""
+    cells: dict[int, list] = {}
+    for i, ((x, y), (w, h)) in enumerate(zip(positions, sizes)):
+        for c in range(int(y // 100), int((y + h) // 100) + 1):
+            cells.setdefault(c, []).append((x, x + w, y, y + h, i))
+    bad = set()
+    for boxes in cells.values():
+        boxes.sort()
+        for k, a in enumerate(boxes):
+            for b in boxes[k + 1:]:
+                if b[0] >= a[1] - 1e-6:
+                    break
+                if b[2] < a[3] - 1e-6 and a[2] < b[3] - 1e-6:
+                    bad.add((a[4], b[4]))
+    return len(bad)
+
+
+def test_a_large_graphs_linear_runs_are_straight_columns_between_its_branches_without_overlaps():
+    # More than LARGE nodes, so its linear runs are laid out collapsed (app/canvas/chains.py):
+    # a main line with a skip every 5 nodes and a short side branch off every 40th node.
+    from app.canvas.layout import LARGE
+
+    n_main = LARGE + 500
+    edges = [(v - 1, v) for v in range(1, n_main)] + [(v - 5, v) for v in range(5, n_main, 5)]
+    sizes = [(176.0, 58.0)] * n_main
+    for v in range(7, n_main - 10, 40):
+        a, b = len(sizes), len(sizes) + 1
+        sizes += [(176.0, 58.0), (176.0, 58.0)]
+        edges += [(v, a), (a, b), (b, v + 6)]
+    res = layered_layout(LayoutInput(sizes, edges, {0}))
+    pos = res.positions
+    assert all(pos[u][1] + sizes[u][1] <= pos[v][1] for u, v in edges), "an edge points up"
+    assert _boxes_overlap(pos, sizes) == 0
+    outs = [0] * len(sizes)
+    ins = [0] * len(sizes)
+    for u, v in edges:
+        outs[u] += 1
+        ins[v] += 1
+    runs = [(u, v) for u, v in edges if outs[u] == 1 and ins[v] == 1]
+    assert len(runs) > n_main // 2
+    assert all(pos[u][0] == pos[v][0] for u, v in runs), "a linear run is not a straight column"
+    gaps = {round(pos[v][1] - pos[u][1] - sizes[u][1], 6) for u, v in runs}
+    assert len(gaps) == 1, "a linear run's nodes are not evenly stacked"

@@ -8,8 +8,9 @@ Run: `python -m tests.bench.bench_quant`. Prints:
 4. peak memory of calibration (each in a fresh process: ru_maxrss above the post-load baseline)
    for MinMax / Percentile / Entropy, ours and onnxruntime's;
 5. the PTQ algorithms (engine/quant/ptq.py) on held-out data (tests/bench/quant_data.py): PP-OCRv6
-   rec small on text crops and mobilenet_demo on photo crops, plain int8 minmax ("before") and the
-   CLI default (--method auto, CLE / SmoothQuant / bias correction where they help: "after"), each
+   rec small on text crops and mobilenet_demo on photo crops, plain int8 minmax ("before") and
+   every algorithm in auto mode (--method auto, CLE / SmoothQuant / AdaRound / bias correction
+   where the calibration checks say they help: "after"), each
    with its quantize wall time and what each step bought, beside onnxruntime's quantize_static
    best of MinMax/Percentile/Entropy on the same calibration data.
 """
@@ -236,7 +237,7 @@ def speed_and_memory() -> None:
         pass
 
 
-PTQ_DEFAULT = {"method": "auto", "cle": "auto", "smoothquant": "auto", "bias_correction": "auto"}
+PTQ_DEFAULT = {"method": "auto", "cle": "auto", "smoothquant": "auto", "adaround": "auto", "bias_correction": "auto"}
 
 
 def _ptq_case(label: str, path: Path, ort_path: Path, data: CalibrationSet, held: np.ndarray) -> None:
@@ -246,7 +247,7 @@ def _ptq_case(label: str, path: Path, ort_path: Path, data: CalibrationSet, held
     refs = np.concatenate([fp.run(None, f)[0] for f in feeds])
     opt = optimize_for_quantization(engine.load(path))
     sys.stdout.write(f"{label}: {len(data)} calibration samples, {len(held)} held-out, pooled output SQNR vs FP32\n")
-    for tag, extra in (("before (minmax, no PTQ)", {"method": "minmax"}), ("after (CLI default)", PTQ_DEFAULT)):
+    for tag, extra in (("before (minmax, no PTQ)", {"method": "minmax"}), ("after (every PTQ auto)", PTQ_DEFAULT)):
         t = time.perf_counter()
         r = quantize(opt, data, QuantConfig(per_channel=True, **extra), analysis_samples=0)
         seconds = time.perf_counter() - t

@@ -26,10 +26,17 @@ REC_SHAPE = (1, 3, 48, 320)
 
 def rec_model(dest: Path) -> Path:
     """The recognizer with its input fixed at 1x3x48x320 (written to ``dest`` once)."""
+    return fixed_input(REC_MODEL, REC_SHAPE, dest)
+
+
+def fixed_input(src: Path, shape: tuple[int, ...], dest: Path, min_opset: int | None = None) -> Path:
+    """``src`` with its first input fixed at ``shape``, output dims left to inference and, with
+    ``min_opset``, converted up to that opset (onnxruntime's per-channel QDQ needs 13); written
+    to ``dest`` once."""
     if dest.exists():
         return dest
-    m = onnx.load(str(REC_MODEL))
-    for d, v in zip(m.graph.input[0].type.tensor_type.shape.dim, REC_SHAPE):
+    m = onnx.load(str(src))
+    for d, v in zip(m.graph.input[0].type.tensor_type.shape.dim, shape):
         d.Clear()
         d.dim_value = v
     for o in m.graph.output:
@@ -37,6 +44,10 @@ def rec_model(dest: Path) -> Path:
             if not d.HasField("dim_value") or d.dim_value < 0:
                 d.Clear()
     del m.graph.value_info[:]
+    if min_opset is not None and max(o.version for o in m.opset_import if o.domain in ("", "ai.onnx")) < min_opset:
+        from onnx import version_converter
+
+        m = version_converter.convert_version(m, min_opset)
     onnx.save(m, str(dest))
     return dest
 

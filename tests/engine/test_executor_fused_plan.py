@@ -175,3 +175,101 @@ def test_every_zoo_model_runs_its_fused_plan_without_falling_back(entry):
         ref = np.asarray(ref)
         scale = max(float(np.abs(ref).max()), 1e-12) if ref.size and ref.dtype.kind == "f" else 1.0
         assert np.abs(np.asarray(fused[name], np.float64) - ref).max() / scale <= 1e-4 if ref.size else True, name
+
+
+def _conv_hard_swish_model(order: str, third_reader: bool = False):
+    """Conv -> y * clip(y + 3, 0, 6) / 6 spelled out in one of the orders exporters write."""
+    rng = np.random.default_rng(4)
+    inits = [numpy_helper.from_array((rng.standard_normal((4, 3, 3, 3))).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array(3, np.float32), "three"),
+             numpy_helper.from_array(np.array(0, np.float32), "zero"),
+             numpy_helper.from_array(np.array(6, np.float32), "six"),
+             numpy_helper.from_array(np.array(1 / 6, np.float32), "sixth")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["y", "three"], ["a"]),
+             helper.make_node("Clip", ["a", "zero", "six"], ["t"])]
+    if order == "mul_div":  # PaddleOCR: (y * t) / 6
+        nodes += [helper.make_node("Mul", ["y", "t"], ["m"]), helper.make_node("Div", ["m", "six"], ["out"])]
+    elif order == "mul_mul":
+        nodes += [helper.make_node("Mul", ["t", "y"], ["m"]), helper.make_node("Mul", ["sixth", "m"], ["out"])]
+    elif order == "div_mul":  # y * (t / 6)
+        nodes += [helper.make_node("Div", ["t", "six"], ["u"]), helper.make_node("Mul", ["y", "u"], ["out"])]
+    else:
+        nodes += [helper.make_node("Mul", ["t", "sixth"], ["u"]), helper.make_node("Mul", ["u", "y"], ["out"])]
+    outs = ["out"]
+    if third_reader:
+        nodes.append(helper.make_node("Neg", ["y"], ["ny"]))
+        outs.append("ny")
+    g = helper.make_graph(nodes, "hs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 4, 8, 8]) for n in outs], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("order", ["mul_div", "mul_mul", "div_mul", "mul_mul_after"])
+def test_a_spelled_out_hard_swish_runs_on_the_conv_buffer_with_the_op_by_op_numbers(order):
+    model = _conv_hard_swish_model(order)
+    graph = engine.load(model)
+    x = (np.random.default_rng(5).standard_normal((1, 3, 8, 8)) * 3).astype(np.float32)
+    ex = Executor(graph)
+    got = ex.run({"x": x})["out"]
+    assert _fused_steps(ex) == ["Conv"]  # four elementwise steps became one pass on the Conv's output
+    op_by_op = ex.run({"x": x}, keep_all=True)["out"]  # the unfused plan: one kernel per node
+    np.testing.assert_array_equal(got, op_by_op)
+    assert (got == 0).any() and (got < 0).any() and (got > 3).any()  # every branch of the clip was taken
+    np.testing.assert_allclose(got, _ort(model, {"x": x})["out"], rtol=1e-6, atol=1e-6)
+
+
+def test_a_hard_swish_input_read_elsewhere_is_not_fused_away():
+    model = _conv_hard_swish_model("mul_div", third_reader=True)
+    graph = engine.load(model)
+    x = np.random.default_rng(6).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    ex = Executor(graph)
+    got = ex.run({"x": x})
+    assert "Clip" in _fused_steps(ex)
+    want = _ort(model, {"x": x})
+    for name in ("out", "ny"):
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-6)
+
+
+def _channel_chain_model():
+    """Concat -> BatchNormalization -> Mul -> Add -> Relu (DenseNet's pre-activation, the Concat
+    also read by the next Concat) and Conv -> Mul -> Sub -> Relu: per-channel chains."""
+    rng = np.random.default_rng(7)
+    c = 6
+    inits = [numpy_helper.from_array(rng.standard_normal((c, c, 1, 1)).astype(np.float32), "w")]
+    for name, val in (("g", rng.uniform(0.5, 2, c)), ("be", rng.standard_normal(c)),
+                      ("mu", rng.standard_normal(c)), ("var", rng.uniform(0.2, 3, c)),
+                      ("s", rng.standard_normal((c, 1, 1))), ("t", rng.standard_normal((1, c, 1, 1))),
+                      ("u", np.array(0.25))):
+        inits.append(numpy_helper.from_array(val.astype(np.float32), name))
+    nodes = [helper.make_node("Concat", ["x", "x2"], ["cat"], axis=1),
+             helper.make_node("BatchNormalization", ["cat", "g", "be", "mu", "var"], ["n"]),
+             helper.make_node("Mul", ["n", "s"], ["m"]), helper.make_node("Add", ["t", "m"], ["a"]),
+             helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("Conv", ["r", "w"], ["cv"]), helper.make_node("Mul", ["cv", "u"], ["cm"]),
+             helper.make_node("Sub", ["s", "cm"], ["cs"]), helper.make_node("Relu", ["cs"], ["cr"]),
+             helper.make_node("Concat", ["cat", "cr"], ["y"], axis=1)]
+    g = helper.make_graph(nodes, "dense", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 5, 7]),
+                                           helper.make_tensor_value_info("x2", TensorProto.FLOAT, [1, 3, 5, 7])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2 * c, 5, 7])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_per_channel_chains_run_as_one_pass_with_the_op_by_op_numbers():
+    from engine.sim.plan_fusion import ChannelChain
+
+    model = _channel_chain_model()
+    graph = engine.load(model)
+    rng = np.random.default_rng(8)
+    feeds = {"x": rng.standard_normal((1, 3, 5, 7)).astype(np.float32),
+             "x2": rng.standard_normal((1, 3, 5, 7)).astype(np.float32)}
+    ex = Executor(graph)
+    runs = [ex.run(feeds)["y"] for _ in range(3)]  # the first run builds the chains' parameters
+    plan = ex._plans[(id(graph), True)]
+    assert _fused_steps(ex) == ["Concat", "BatchNormalization", "Conv", "Concat"]
+    assert sum(isinstance(p.fn, ChannelChain) for s in plan.steps for p in s.post) == 2
+    op_by_op = ex.run(feeds, keep_all=True)["y"]
+    for got in runs:
+        np.testing.assert_array_equal(got, op_by_op)
+    assert (op_by_op == 0).any() and (op_by_op > 0).any()
+    np.testing.assert_allclose(runs[-1], _ort(model, feeds)["y"], rtol=1e-5, atol=1e-5)

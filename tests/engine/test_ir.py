@@ -139,3 +139,24 @@ def test_networkx_view_is_derived_and_read_only_copy():
     assert list(dg.edges) == [("add", "mul")]
     dg.remove_node("add")
     assert g.node_by_name("add") is not None
+
+
+def test_shape_inference_gives_every_copy_of_a_repeated_block_the_same_static_shapes(tmp_path):
+    # Two identical attention-style slices: Constant starts/ends (equal attributes, so equal
+    # op signatures) feeding Slice; the second copy must see its Constants' values too.
+    nodes, prev = [], "x"
+    for k in range(2):
+        nodes += [helper.make_node("Constant", [], [f"s{k}"], value_ints=[0], name=f"cs{k}"),
+                  helper.make_node("Constant", [], [f"e{k}"], value_ints=[8], name=f"ce{k}"),
+                  helper.make_node("Constant", [], [f"a{k}"], value_ints=[2], name=f"ca{k}"),
+                  helper.make_node("Slice", [prev, f"s{k}", f"e{k}", f"a{k}"], [f"y{k}"], name=f"slice{k}"),
+                  helper.make_node("Relu", [f"y{k}"], [f"r{k}"], name=f"relu{k}"),
+                  helper.make_node("Concat", [f"r{k}", f"r{k}"], [f"c{k}"], axis=2, name=f"cat{k}")]
+        prev = f"c{k}"
+    g = helper.make_graph(nodes, "blocks", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 16])],
+                          [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [1, 4, 16])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "blocks.onnx")
+    graph = engine.load(tmp_path / "blocks.onnx")
+    shapes = {v.name: v.type.shape for n in graph.nodes for v in n.outputs}
+    assert shapes["y0"] == shapes["y1"] == (1, 4, 8)
+    assert shapes["c0"] == shapes["c1"] == (1, 4, 16)

@@ -31,6 +31,14 @@ _DIRECT = [
     ((1, 4, 9, 9), 4, 2, (3, 3), {"strides": [1, 2], "auto_pad": "SAME_UPPER"}),
     ((1, 8, 7, 8), 4, 2, (3, 1), {}),
     ((1, 5, 6, 20), 5, 4, (1, 7), {"strides": [3, 3], "pads": [0, 3, 0, 3]}),
+    # odd sizes, uneven pads and a dilated strided tap: every stride phase edge case
+    ((1, 3, 13, 11), 3, 1, (3, 3), {"strides": [2, 2], "pads": [0, 1, 1, 0], "dilations": [1, 2]}),
+    # planes larger than one band of the kernel (PHASE_BAND output positions), at stride 1 and 2
+    ((1, 3, 100, 90), 3, 1, (5, 5), {"pads": [2, 2, 2, 2]}),
+    ((1, 2, 131, 120), 2, 1, (7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}),
+    # many channels on small planes: the channels-last kernel (nodes.kernels.NHWC_PLANE)
+    ((2, 64, 14, 14), 64, 1, (5, 5), {"strides": [2, 2], "pads": [2, 1, 2, 1], "dilations": [1, 2]}),
+    ((1, 40, 5, 7), 40, 1, (3, 3), {"pads": [1, 0, 1, 0]}),
 ]
 
 

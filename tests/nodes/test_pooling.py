@@ -108,3 +108,41 @@ def test_maxpool_work_counts_compares_not_macs():
     w = ctx.spec.work(ctx)
     assert w.macs == 0
     assert w.elem_ops == 16 * 4 * 4 * 4
+
+
+def _naive_pool(x, kernel, strides, pads, dils, op):
+    pt, pl, pb, pr = pads
+    fill = -np.inf if op == "max" else 0.0
+    xp = np.full((*x.shape[:2], x.shape[2] + pt + pb, x.shape[3] + pl + pr), fill, x.dtype)
+    xp[:, :, pt:pt + x.shape[2], pl:pl + x.shape[3]] = x
+    oh = (xp.shape[2] - (kernel[0] - 1) * dils[0] - 1) // strides[0] + 1
+    ow = (xp.shape[3] - (kernel[1] - 1) * dils[1] - 1) // strides[1] + 1
+    y = np.empty((*x.shape[:2], oh, ow), np.float64)
+    for i in range(oh):
+        for j in range(ow):
+            win = xp[:, :, i * strides[0]:i * strides[0] + (kernel[0] - 1) * dils[0] + 1:dils[0],
+                     j * strides[1]:j * strides[1] + (kernel[1] - 1) * dils[1] + 1:dils[1]]
+            y[:, :, i, j] = np.max(win, axis=(2, 3)) if op == "max" else win.astype(np.float64).sum(axis=(2, 3))
+    return y
+
+
+@pytest.mark.parametrize(("x_shape", "kernel", "strides", "pads", "dils"), [
+    ((1, 3, 20, 23), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
+    ((2, 2, 11, 12), (3, 2), (1, 2), (0, 1, 2, 0), (1, 1)),
+    ((1, 2, 17, 16), (2, 3), (3, 3), (0, 0, 0, 0), (2, 1)),
+    ((1, 2, 9, 31), (3, 3), (1, 1), (1, 1, 1, 1), (1, 2)),
+])
+def test_max_and_average_pools_match_the_window_loop_and_keep_nan(x_shape, kernel, strides, pads, dils):
+    rng = np.random.default_rng(sum(x_shape))
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    x[0, 0, 2, 3] = np.nan  # a NaN in a window makes that window's maximum NaN (np.maximum)
+    attrs = {"kernel_shape": list(kernel), "strides": list(strides), "pads": list(pads), "dilations": list(dils)}
+    y = engine.execute(_pool("MaxPool", x_shape, **attrs), {"x": x})["y"]
+    want = _naive_pool(x, kernel, strides, pads, dils, "max")
+    assert np.isnan(y).sum() == np.isnan(want).sum() > 0
+    np.testing.assert_array_equal(y, want.astype(np.float32))
+    x[0, 0, 2, 3] = 0.5
+    del attrs["dilations"]
+    y = engine.execute(_pool("AveragePool", x_shape, count_include_pad=1, **attrs), {"x": x})["y"]
+    want = _naive_pool(x, kernel, strides, pads, (1, 1), "sum") / (kernel[0] * kernel[1])
+    np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6)
