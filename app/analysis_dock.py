@@ -30,6 +30,7 @@ from app.panels.quant_inspector import QuantInspectorPanel
 from app.panels.stages_panel import StagesPanel
 from app.panels.target_panel import TargetPanel
 from app.progress import ProgressStrip
+from app.stale import StaleMark, StaleWatch
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,11 @@ class AnalysisDock(QObject):
         ctl.settings_changed.connect(self._on_settings_changed)
         ctl.cleared.connect(self._on_cleared)
         self.charts.op_clicked.connect(self.select_op)
+        # "stale, recomputing" over every panel's old numbers, from one decision (app/stale.py).
+        self.stale = StaleWatch(ctl, self)
+        self.stale_marks = {p: StaleMark(p) for p in (self.compile_panel, self.op_panel, self.stages_panel,
+                                                      self.hardware_panel, self.precision_panel)}
+        self.stale.changed.connect(self._on_stale_changed)
         window.document_shown.connect(self._on_document_shown)
         window.installEventFilter(self)
         if getattr(window, "doc", None) is not None and getattr(window, "scene", None) is not None:
@@ -207,6 +213,7 @@ class AnalysisDock(QObject):
         w = self.window
         if w.doc is not self.controller.doc:
             self.controller.attach(w.doc)
+        self.stale.follow(w.doc)
         scene = w.scene
         if scene is not self._scene:
             if self._scene is not None:
@@ -230,6 +237,14 @@ class AnalysisDock(QObject):
         elif self._failure_note and bar.currentMessage() == self._failure_note:
             bar.clearMessage()  # the edit that fixed it is in; the old complaint must not outlive it
             self._failure_note = ""
+
+    def _on_stale_changed(self, stale: bool) -> None:
+        for mark in self.stale_marks.values():
+            mark.set_stale(stale)
+        self.charts.set_stale(stale)
+        legend = getattr(getattr(self.window, "canvas", None), "legend", None)
+        if legend is not None:
+            legend.set_stale(stale)
 
     def _on_cleared(self) -> None:
         self.charts.show_empty("compiling the new model…")

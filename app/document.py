@@ -262,13 +262,18 @@ class Document(QObject):
 
     # -- analysis --------------------------------------------------------------------------
     def set_target(self, name: str | None, analyze: bool = True) -> None:
-        """Choose the hardware target (bundled name or YAML path; None: no placement)."""
+        """Choose the hardware target (bundled name or YAML path; None: no placement). The
+        compiled placement on screen was for the other target: it goes at once."""
+        changed = (name or None) != self.target_name
         self.target_name = name or None
         try:
             self.target = resolve_target_cached(self.target_name)
         except (ValueError, OSError) as exc:
             self.target = None
             self.message.emit(str(exc).splitlines()[0])
+        if changed and self._compiled is not None:
+            self._compiled = None
+            self._set_statuses(self._edited_statuses)
         if analyze:
             self.request_analysis()
 
@@ -392,7 +397,11 @@ class Document(QObject):
 
     def show_compiled(self, compiled: CompiledPlacement | None) -> None:
         """The analysis compiled the graph at ``compiled.version`` (None: no compile to show).
-        The canvas shows it while it is the compile of the current graph."""
+        The canvas shows it while it is the compile of the current graph; a compile of an older
+        version than the one shown never replaces it (graph versions only grow)."""
+        held = self._compiled
+        if compiled is not None and held is not None and compiled.version < held.version:
+            return
         self._compiled = compiled
         self.compile_diagnostics = []  # a failure before this compile no longer applies
         self._set_statuses(self._edited_statuses)
@@ -404,20 +413,33 @@ class Document(QObject):
         self._set_statuses(self._edited_statuses)
 
     def _compose(self, edited: dict[str, placement.NodeStatus]) -> dict[str, placement.NodeStatus]:
-        """The one decision of what the canvas shows: the compiled placement while it belongs to
-        the current graph, else the edited graph's own placement."""
+        """The one decision of what the canvas shows, for every node of the current graph: the
+        compiled placement while it belongs to the current graph, else the edited graph's own.
+
+        ``edited`` may lack nodes: the document's placement of this version has not landed yet
+        (an analysis compile can finish first) or an edit added them. Those nodes still get their
+        compiled device, or their pin and problems. Composed over ``edited`` alone, a compile that
+        came first painted every node "unplaced" under a "Compiled placement" legend."""
         comp = self._compiled
         if comp is None or comp.version != self.graph.version:
             self.placement_source = "edited"
             if comp is None and not any(d.code == "compile-blocked" for d in self.compile_diagnostics):
                 self.compile_diagnostics = []
-            return edited
-        self.placement_source = "compiled"
-        self.compile_diagnostics = list(comp.diagnostics)
+            comp = None
+        else:
+            self.placement_source = "compiled"
+            self.compile_diagnostics = list(comp.diagnostics)
+        unplaced, errors = placement.PlacementOutcome(), None
         out: dict[str, placement.NodeStatus] = {}
-        for name, st in edited.items():
-            dev = comp.device.get(name)
-            out[name] = st if dev is None else placement.NodeStatus(dev, comp.reason.get(name, ""), st.pinned, st.errors)
+        for n in self.graph.nodes:
+            st = edited.get(n.name)
+            if st is None:
+                if errors is None:
+                    errors = node_errors(self.diagnostics)
+                st = placement.node_status(n, unplaced, errors)
+            dev = comp.device.get(n.name) if comp is not None else None
+            out[n.name] = st if dev is None else placement.NodeStatus(dev, comp.reason.get(n.name, ""),  # type: ignore[union-attr]
+                                                                      st.pinned, st.errors)
         return out
 
     def _set_statuses(self, new: dict[str, placement.NodeStatus], also: set[str] = frozenset(),  # type: ignore[assignment]

@@ -111,16 +111,18 @@ def place_graph(graph: Graph, target: Any) -> PlacementOutcome:
     return PlacementOutcome(dict(result.device), dict(result.reason), list(result.diagnostics), True)
 
 
+def node_status(node: Any, outcome: PlacementOutcome, errors: dict[str, list[str]]) -> NodeStatus:
+    """NodeStatus of one node: its device in ``outcome``, else its pin, else "unplaced"."""
+    pin = node.meta.get("pin")
+    dev = outcome.device.get(node.name)
+    if dev is None:
+        dev = pin if pin in DEVICES else "unplaced"
+        reason = "pinned by the user" if pin in DEVICES else ""
+    else:
+        reason = outcome.reason.get(node.name, "")
+    return NodeStatus(dev, reason, pin in DEVICES, tuple(errors.get(node.name, ())))
+
+
 def statuses(graph: Graph, outcome: PlacementOutcome, errors: dict[str, list[str]]) -> dict[str, NodeStatus]:
     """NodeStatus of every node of ``graph``."""
-    out: dict[str, NodeStatus] = {}
-    for n in graph.nodes:
-        pin = n.meta.get("pin")
-        dev = outcome.device.get(n.name)
-        if dev is None:
-            dev = pin if pin in DEVICES else "unplaced"
-            reason = "pinned by the user" if pin in DEVICES else ""
-        else:
-            reason = outcome.reason.get(n.name, "")
-        out[n.name] = NodeStatus(dev, reason, pin in DEVICES, tuple(errors.get(n.name, ())))
-    return out
+    return {n.name: node_status(n, outcome, errors) for n in graph.nodes}

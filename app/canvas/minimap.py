@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QWidget
 from app import style
 from app.canvas.view import GraphView
 from app.placement import FallbackCount
+from app.stale import STALE_CSS, STALE_TEXT, STALE_TIP
 
 MINIMAP_W = 190  # the largest it gets (a big canvas)
 MINIMAP_H = 240
@@ -261,6 +262,13 @@ class LegendWidget(QFrame):
         self.source = QLabel("")  # whose placement the colours show: the compile's or the edited graph's
         self.source.setStyleSheet("font-weight: 600;")
         lay.addWidget(self.source)
+        self.stale = QLabel(STALE_TEXT)  # the colours and counts are of the compile before the last change
+        self.stale.setObjectName("staleMark")
+        self.stale.setStyleSheet(STALE_CSS)
+        self.stale.setToolTip(STALE_TIP)
+        self.stale.hide()
+        self.stale.ensurePolished()
+        lay.addWidget(self.stale)
         entries = [(k, style.PLACEMENT_COLORS[k][0], style.PLACEMENT_LABELS[k]) for k in ("npu", "cpu", "unplaced", "removed")]
         entries += [("error", style.ERROR, "problem"), ("group", style.GROUP_FRAME, "fused group")]
         for key, color, text in entries:
@@ -280,6 +288,12 @@ class LegendWidget(QFrame):
         self.source.setText(text)
         self.source.setVisible(bool(text))
         self._refit()
+
+    def set_stale(self, stale: bool) -> None:
+        """Mark the colours and counts as being recomputed (app/stale.py decides when)."""
+        if stale != self.stale.isVisibleTo(self):
+            self.stale.setVisible(stale)
+            self._refit()
 
     def fit_width(self, width: int) -> None:
         """Wider than ``width`` (a narrow canvas): the keys with nothing to count step aside

@@ -37,6 +37,7 @@ from app.panels.chart_base import (
 from app.panels.fallback_view import FallbackView
 from app.panels.sustained_view import SustainedView
 from app.panels.timeline_chart import TimelineChart
+from app.stale import STALE_TEXT
 
 QUANT_METRICS = {"sqnr": "SQNR (dB), lower is worse", "cosine": "1 − cosine similarity, higher is worse"}
 
@@ -116,6 +117,8 @@ class ChartsPanel(QDockWidget):
         self.banner.setObjectName("analysisBanner")
         self.banner.setFixedHeight(self.banner.fontMetrics().height() + 8)
         self.failure: str | None = None
+        self.stale = False  # the numbers are not of the current graph and settings (app/stale.py)
+        self._state = ("idle", "")
         self.latency = RankedBarsChart("latency (µs)")
         self.share = ShareBar()
         self.timeline = TimelineChart()
@@ -303,13 +306,17 @@ class ChartsPanel(QDockWidget):
         """The analysis state on the status line; a failure keeps the last charts and says why."""
         if self.result is None and state in ("idle", "failed"):
             self.latency.set_title(f"<b>No analysis yet</b>: {message}.")
+        self._state = (state, message)
         self.failure = message if state == "failed" else None
+        self._show_banner(state, message)
+
+    def _show_banner(self, state: str, message: str) -> None:
         if state == "failed":
             text = f"⚠ {message}" + (" — the charts show the last compiled result" if self.result is not None else "")
             css = "background:#fdecea; color:#8a1f11; padding:2px 6px;"
-        elif state == "running" and self.result is not None:
+        elif (state == "running" or self.stale) and self.result is not None:
             # The charts keep the last compile's numbers until the new one lands: say so over them.
-            text, css = ("stale, recomputing: the charts show the compile before the last change",
+            text, css = (f"{STALE_TEXT}: the charts show the compile before the last change",
                          "background:#fff4d6; color:#6b4e00; padding:2px 6px;")
         elif state == "running":
             text, css = "compiling…", "color:#5d6575; padding:2px 6px;"
@@ -319,6 +326,12 @@ class ChartsPanel(QDockWidget):
         self.banner.setText(metrics.elidedText(text, Qt.TextElideMode.ElideRight, max(self.banner.width() - 16, 200)))
         self.banner.setToolTip(text)
         self.banner.setStyleSheet(css)
+
+    def set_stale(self, stale: bool) -> None:
+        """The numbers shown became stale (an edit, a setting) or current again: say so at once,
+        not only once the compile starts after its debounce."""
+        self.stale = stale
+        self._show_banner(*self._state)
 
     def set_selected(self, ops: Sequence[str]) -> None:
         """Outline ``ops`` in every chart."""
