@@ -131,8 +131,12 @@ class GraphScene(OnDemandItems, QGraphicsScene):
         if names is None or len(names) > 64:  # type: ignore[arg-type]
             # Many items (the first placement colours all): repaint what the views show
             # instead of marking every item dirty (the scene would then ask each one for
-            # its bounding rectangle).
+            # its bounding rectangle). The views' viewports are marked too: a whole-scene
+            # update() alone left nodes painted in their old colours under X (walkthrough on
+            # PP-OCRv6 det: Add.0 green after the pin put it on the CPU, until the next paint).
             self.update()
+            for view in self.views():
+                view.viewport().update()
         else:
             for it in self.node_items.values():
                 if it.node.name in names:  # type: ignore[operator]
