@@ -5,13 +5,11 @@ in a single pass (app/canvas/populate.py)."""
 
 from __future__ import annotations
 
-import onnx
 import pytest
 from PySide6.QtCore import QPointF, QRectF
-from PySide6.QtWidgets import QMessageBox
 
 from app.canvas.node_item import NodeItem
-from tests.app._helpers import chain_model, close_window
+from tests.app._helpers import close_window, open_chain_window
 from tests.app.analysis_support import wait_for
 from tests.app.test_undo_property import assert_scene_matches_graph
 
@@ -21,21 +19,7 @@ NODES = 2000
 
 
 def _open_until_first_view(qtbot, tmp_path):
-    from PySide6.QtCore import QSettings
-
-    from app.main_window import MainWindow
-
-    path = tmp_path / "chain.onnx"
-    onnx.save(chain_model(NODES), path)
-    win = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat),
-                     recovery_dir=tmp_path / "recovery", restore_state=False, default_target=None)
-    qtbot.addWidget(win)
-    win.resize(1200, 800)
-    win.show()
-    win.ask_save = lambda: QMessageBox.StandardButton.Discard
-    with qtbot.waitSignal(win.canvas_shown, timeout=30000):
-        win.open_path(path)
-    return win
+    return open_chain_window(qtbot, tmp_path, NODES, "canvas_shown")
 
 
 def _nodes_in(scene, rect: QRectF) -> set[str]:

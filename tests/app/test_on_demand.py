@@ -4,14 +4,12 @@ nodes that have no item yet (app/canvas/on_demand.py)."""
 
 from __future__ import annotations
 
-import onnx
 import pytest
 import shiboken6
 from PySide6.QtCore import QPointF, QRectF
-from PySide6.QtWidgets import QMessageBox
 
 from app.canvas.scene import LAZY_MIN_ITEMS
-from tests.app._helpers import chain_model, close_window
+from tests.app._helpers import close_window, open_chain_window
 from tests.app.analysis_support import wait_for
 
 pytestmark = pytest.mark.gui
@@ -21,21 +19,7 @@ assert NODES >= LAZY_MIN_ITEMS
 
 
 def _open(qtbot, tmp_path):
-    from PySide6.QtCore import QSettings
-
-    from app.main_window import MainWindow
-
-    path = tmp_path / "chain.onnx"
-    onnx.save(chain_model(NODES), path)
-    win = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat),
-                     recovery_dir=tmp_path / "recovery", restore_state=False, default_target=None)
-    qtbot.addWidget(win)
-    win.resize(1200, 800)
-    win.show()
-    win.ask_save = lambda: QMessageBox.StandardButton.Discard
-    with qtbot.waitSignal(win.document_shown, timeout=60000):
-        win.open_path(path)
-    return win
+    return open_chain_window(qtbot, tmp_path, NODES, "document_shown")
 
 
 def _laid_out_in(scene, rect: QRectF) -> set[str]:
