@@ -14,7 +14,7 @@ import numpy as np
 
 from nodes._util import broadcast_shapes, norm_axis
 from nodes.elementwise import erf, is_low_float
-from nodes.kernels import compiled_float, gelu32_, hard_swish_
+from nodes.kernels import compiled_float, gelu32_, hard_swish_, logistic32_
 from nodes.registry import register, register_spec
 from nodes.spec import (
     ELEMENTWISE_QUANT,
@@ -38,7 +38,10 @@ def _scalar(x: np.ndarray, v: float) -> Any:
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
-    """Logistic function of a float32/float64 array, overflow-safe."""
+    """Logistic function of a float32/float64 array, overflow-safe (C-contiguous float32: one
+    compiled pass, nodes.kernels.logistic32_)."""
+    if x.dtype == np.float32 and compiled_float(x):
+        return logistic32_(x)
     e = np.negative(x)
     with np.errstate(over="ignore"):
         np.exp(e, out=e)
@@ -144,6 +147,8 @@ def _swish(x: np.ndarray, a: dict[str, Any]) -> np.ndarray:
 
 
 def _sigmoid_in_place(x: np.ndarray, a: dict[str, Any]) -> np.ndarray:
+    if x.dtype == np.float32 and compiled_float(x):
+        return logistic32_(x, out=x)
     np.negative(x, out=x)
     np.exp(x, out=x)
     x += 1
