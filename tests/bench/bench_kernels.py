@@ -21,6 +21,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 from nodes import _kernels_jit
+from nodes.activation import sigmoid_chain
 from nodes.kernels import ERF_FAR, ERF_NEAR, gelu32_, logistic32_, silu32_
 from tests.bench._common import one_blas_thread
 
@@ -38,10 +39,7 @@ def _best(fn, repeat: int = 15) -> float:
 
 
 def _np_sigmoid(x: np.ndarray) -> np.ndarray:
-    e = np.negative(x)
-    np.exp(e, out=e)
-    e += 1
-    return np.reciprocal(e, out=e)
+    return sigmoid_chain(x, np.empty_like(x))
 
 
 def _np_silu(y: np.ndarray) -> np.ndarray:
