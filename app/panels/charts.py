@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pyqtgraph as pg
 from PySide6.QtCore import QCoreApplication, QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
@@ -229,9 +230,13 @@ class ChartsPanel(QDockWidget):
     def _on_step(self) -> None:
         if self._steps:
             self._steps.pop(0)()
-            # Titles changed: lay the charts out now, so the paint that follows is the only one
-            # (a layout pass after it resized the plots and painted them again).
+            # Titles changed: lay the charts out now and let each plot settle its view transform,
+            # so the paint that follows is the only one (a layout pass after it resized the plots,
+            # and pyqtgraph's transform update at paint time asked for a second paint).
             QCoreApplication.sendPostedEvents(None, QEvent.Type.LayoutRequest)
+            for plot in self.findChildren(pg.GraphicsView):
+                if plot.isVisible():
+                    plot.scene().prepareForPaint()
         if self._steps:
             self._step_timer.start()
         else:
