@@ -324,19 +324,23 @@ class AnalysisDock(QObject):
             self._syncing = False
 
 
-    def wait_for_screenshot(self, timeout: float = 120.0) -> None:
+    def wait_for_screenshot(self, timeout: float = 120.0) -> list[str]:
         """Wait for the analysis, draw every chart and show the costliest quantized op (the
-        ``--screenshot`` of ``npu-studio gui``)."""
+        ``--screenshot`` of ``npu-studio gui``); returns what did not finish within ``timeout``
+        seconds (an empty list when the picture is complete)."""
         import time
 
         from PySide6.QtCore import QCoreApplication
 
+        end = time.monotonic() + timeout
         ctl = self.controller
-        ctl.wait_until_idle(timeout)
+        if not ctl.wait_until_idle(timeout):
+            self.charts.flush()
+            return ["the analysis"]
         self.compile_panel.raise_()  # the settings the charts come from: target, calibration
         res = ctl.current
         if res is None:
-            return
+            return []
         self.charts.flush()
         ops = sorted(res.sim.ops, key=lambda o: -o.latency_us)
         q = res.quant
@@ -350,16 +354,18 @@ class AnalysisDock(QObject):
                     next((o.node for o in ops if res.layer_row(o.node) is not None), ops[0].node if ops else None))
         if pick is not None:
             self.select_op(pick)
-        end = time.monotonic() + min(timeout, 30.0)
         panel = self.op_panel
-        while time.monotonic() < end and (ctl.busy or self.charts.is_updating or panel.histogram_pending
-                                          or res.sustained is None):
+
+        def pending() -> list[str]:
+            return [what for what, busy in (("the analysis", ctl.busy), ("the histogram", panel.histogram_pending),
+                                            ("the sustained figures", res.sustained is None)) if busy]
+
+        while time.monotonic() < end and (pending() or self.charts.is_updating):
             QCoreApplication.processEvents()
             time.sleep(0.01)
         self.charts.flush()
         QCoreApplication.processEvents()
-
-
+        return pending()
 
 
 def install_analysis(window: QMainWindow) -> AnalysisDock:

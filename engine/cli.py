@@ -7,7 +7,9 @@ error.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -31,6 +33,9 @@ class Out:
     def __init__(self, stdout=None, stderr=None) -> None:
         self.stdout = stdout or sys.stdout
         self.stderr = stderr or sys.stderr
+        # Set by a command that made process-wide state whose teardown may crash (a Qt
+        # application): main ends the process with the status once everything is written.
+        self.end_process = False
 
     def line(self, text: str = "") -> None:
         """Write one line to stdout."""
@@ -191,8 +196,19 @@ def _load_extra_commands() -> None:
 
 
 def main(argv: Sequence[str] | None = None, out: Out | None = None) -> int:
-    """Entry point of the console script; returns the exit status."""
+    """Entry point of the console script; returns the exit status (or ends the process with it,
+    when a command asked for that: ``Out.end_process``)."""
     out = out or Out()
+    status = _main(argv, out)
+    if out.end_process:
+        for stream in (out.stdout, out.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(status)
+    return status
+
+
+def _main(argv: Sequence[str] | None, out: Out) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     try:
