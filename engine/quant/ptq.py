@@ -1,7 +1,8 @@
 """PTQ algorithms in one pipeline, each kept only where it measurably helps.
 
 Order: cross-layer equalization (engine.quant.equalize), SmoothQuant (same module), the range
-method of every tensor (engine.quant.autorange, ``--method auto``), AdaRound weight rounding
+method of every tensor (engine.quant.autorange, ``--method auto``), the ranges of the tensors
+holding most of the output noise by the output error (engine.quant.outrange), AdaRound weight rounding
 (engine.quant.adaround), then empirical bias correction (engine.quant.bias_correction). Each step is measured: the worst pooled output SQNR
 of the QDQ model against FP32 before and after it, on "decision" samples (the first calibration
 samples) and on held-out samples (the last quarter of the calibration set when it has at least 4
@@ -108,8 +109,8 @@ class Prepared:
 
 def wants_pipeline(config: QuantConfig) -> bool:
     """True when any PTQ algorithm may run."""
-    return config.method == "auto" or any(m != "off" for m in (config.cle, config.smoothquant,
-                                                               config.adaround, config.bias_correction))
+    return config.method == "auto" or any(m != "off" for m in (config.cle, config.smoothquant, config.adaround,
+                                                               config.bias_correction, config.output_ranges))
 
 
 def split(data: CalibrationSet) -> tuple[int, list[dict[str, np.ndarray]]]:
@@ -216,6 +217,8 @@ def prepare(graph: Graph, data: CalibrationSet, config: QuantConfig, progress: S
     cfg = p.provisional
     if config.method == "auto":
         cfg, cur = _range_step(p, steps, cur, values)
+    if config.output_ranges != "off":
+        cfg, cur = _output_range_step(p, steps, cur, cfg)
     build = p.graph
     if config.adaround != "off":
         build, cur = _adaround_step(p, steps, cur, cfg)
@@ -356,6 +359,30 @@ def _range_step(p: _Pipeline, steps: list[PTQStep], cur, values):
     if not kept:
         return with_methods(uniform["minmax"]), cur
     return with_methods(methods), chosen
+
+
+def _output_range_step(p: _Pipeline, steps: list[PTQStep], cur, cfg: QuantConfig):
+    """The worst tensors' ranges by the output error (engine.quant.outrange), decided on the
+    decision samples, verified on the held-out ones."""
+    from engine.quant.outrange import WORST, choose_output_ranges
+
+    t = time.perf_counter()
+    chosen, dec, trials, budget = choose_output_ranges(
+        p.graph, p.calib, cfg, p.decide, lambda c: p.score(p.graph, p.graph, p.calib, c), cur[0], p.check)
+    changed = {"budget_samples": min(len(p.decide), 2), "tensors_in_budget": len(budget),
+               "worst_share": round(sum(b.share for b in budget[:WORST]), 4),
+               "tensors": [tr.to_json() for tr in trials]}
+    moved = [tr for tr in trials if tr.after != tr.before]
+    if not moved:
+        steps.append(PTQStep("output_ranges", p.config.output_ranges, False, changed, (cur[0], cur[0]), None,
+                             time.perf_counter() - t, "no candidate range raised the decision SQNR"))
+        return cfg, cur
+    new = (dec, p.score(p.graph, p.graph, p.calib, chosen, held=True) if p.heldout else None)
+    kept = p.keep(p.config.output_ranges, cur, new)
+    calib_db, held = p.pair(cur, new)
+    steps.append(PTQStep("output_ranges", p.config.output_ranges, kept, changed, calib_db, held,
+                         time.perf_counter() - t, "" if kept else "not verified on the held-out samples: ranges kept"))
+    return (chosen, new) if kept else (cfg, cur)
 
 
 def _topological_tensors(graph: Graph, calib: Calibration) -> list[str]:
