@@ -47,6 +47,8 @@ SMOOTH_ALPHAS = (0.25, 0.5, 0.75)
 RANGE_SAMPLES = 2
 """Samples the per-tensor range proposals are judged on (each runs every consumer per method)."""
 RANGE_CHUNKS = 6
+TAIL_PERCENTILES = (99.999,)
+"""Percentiles ``--method auto`` also tries on every tensor at once, beside ``--percentile``."""
 """Proposals are tried in this many groups, each kept only if the output SQNR rises."""
 
 Stage = Callable[[str, int, int], None]
@@ -312,43 +314,53 @@ def _observe_scaled(p: _Pipeline, scales: dict[float, dict[str, np.ndarray]]) ->
 def _range_step(p: _Pipeline, steps: list[PTQStep], cur, values):
     """Uniform methods first (the best one is the start), then the per-tensor proposals of
     engine.quant.autorange accepted chunk by chunk (topological order) where the output SQNR
-    on the decision samples rises: never worse than the best single method on those samples."""
+    on the decision samples rises: never worse than the best single method on those samples.
+    The uniform candidates are minmax, percentile at ``--percentile``, percentile at each of
+    TAIL_PERCENTILES (a tail clipped 10x finer: PP-OCRv6 rec measured +1.1 dB on held-out crops
+    at 99.999 where 99.99 clipped its softmax logits to ruin) and mse."""
     from engine.quant.autorange import RANGE_METHODS, choose_ranges
 
     t = time.perf_counter()
     fixed = p.config.method_overrides
     names = _topological_tensors(p.graph, p.calib)
 
-    def with_methods(methods: dict[str, str]) -> QuantConfig:
-        return replace(p.config, method="auto", method_overrides={**methods, **fixed})
+    def with_methods(methods: dict[str, str], pcts: dict[str, float]) -> QuantConfig:
+        return replace(p.config, method="auto", method_overrides={**methods, **fixed},
+                       percentile_overrides={**pcts, **p.config.percentile_overrides})
 
-    uniform = {m: {k: m for k in names} for m in RANGE_METHODS}
-    scored = {m: p.score(p.graph, p.graph, p.calib, with_methods(uniform[m])) for m in RANGE_METHODS}
-    start = max(RANGE_METHODS, key=lambda m: scored[m])
-    methods = dict(uniform[start])
+    uniform: dict[str, tuple[dict[str, str], dict[str, float]]] = {m: ({k: m for k in names}, {})
+                                                                    for m in RANGE_METHODS}
+    for pct in TAIL_PERCENTILES:
+        if pct != p.config.percentile:
+            uniform[f"percentile {pct:g}"] = ({k: "percentile" for k in names}, dict.fromkeys(names, pct))
+    scored = {m: p.score(p.graph, p.graph, p.calib, with_methods(*u)) for m, u in uniform.items()}
+    start = max(uniform, key=lambda m: scored[m])
+    methods, pcts = dict(uniform[start][0]), dict(uniform[start][1])
     best = scored[start]
     proposals = {c.tensor: c.method for c in choose_ranges(p.graph, p.calib, p.config, values[:RANGE_SAMPLES])}
-    differ = [k for k in names if proposals.get(k, start) != methods[k]]
+    differ = [k for k in names if proposals.get(k, methods[k]) != methods[k]]
     accepted = 0
     size = max(1, -(-len(differ) // RANGE_CHUNKS))
     chunks = [differ[i:i + size] for i in range(0, len(differ), size)]
     for chunk in chunks:
         trial = {**methods, **{k: proposals[k] for k in chunk}}
-        score = p.score(p.graph, p.graph, p.calib, with_methods(trial))
+        trial_pcts = {k: v for k, v in pcts.items() if k not in chunk}  # a proposal's percentile is --percentile
+        score = p.score(p.graph, p.graph, p.calib, with_methods(trial, trial_pcts))
         if score >= best + MIN_GAIN_DB:
-            methods, best, accepted = trial, score, accepted + len(chunk)
+            methods, pcts, best, accepted = trial, trial_pcts, score, accepted + len(chunk)
     # cur is minmax on every tensor (the provisional ranges): the choice must beat it on the
     # decision samples and hold on the held-out ones, else every tensor keeps minmax
-    chosen = (best, p.score(p.graph, p.graph, p.calib, with_methods(methods), held=True) if p.heldout else None)
+    chosen = (best, p.score(p.graph, p.graph, p.calib, with_methods(methods, pcts), held=True) if p.heldout else None)
     kept = p.keep("auto", cur, chosen)
     if not kept and accepted and start != "minmax":  # the per-tensor refinement did not hold: the best uniform?
-        methods, accepted = dict(uniform[start]), 0
-        chosen = (scored[start], p.score(p.graph, p.graph, p.calib, with_methods(methods), held=True)
+        (methods, pcts), accepted = (dict(uniform[start][0]), dict(uniform[start][1])), 0
+        chosen = (scored[start], p.score(p.graph, p.graph, p.calib, with_methods(methods, pcts), held=True)
                   if p.heldout else None)
         kept = p.keep("auto", cur, chosen)
-    counts = {}
-    for m in methods.values():
-        counts[m] = counts.get(m, 0) + 1
+    counts: dict[str, int] = {}
+    for k, m in methods.items():
+        label = f"percentile {pcts[k]:g}" if m == "percentile" and k in pcts else m
+        counts[label] = counts.get(label, 0) + 1
     calib_db, held = p.pair(cur, chosen)
     steps.append(PTQStep("auto_range", "auto", kept,
                          {"start": start, "proposed_changes": len(differ), "accepted_changes": accepted,
@@ -357,8 +369,8 @@ def _range_step(p: _Pipeline, steps: list[PTQStep], cur, values):
                          calib_db, held, time.perf_counter() - t,
                          "gain is against minmax on every tensor" + ("" if kept else "; not verified: minmax kept")))
     if not kept:
-        return with_methods(uniform["minmax"]), cur
-    return with_methods(methods), chosen
+        return with_methods(*uniform["minmax"]), cur
+    return with_methods(methods, pcts), chosen
 
 
 def _output_range_step(p: _Pipeline, steps: list[PTQStep], cur, cfg: QuantConfig):
