@@ -39,7 +39,7 @@ WORST = 6
 """Tensors judged by the output error (the largest budget shares)."""
 MIN_SHARE = 0.02
 """A tensor holding less of the output noise than this is not worth a judgement."""
-BUDGET_SAMPLES = 2
+BUDGET_SAMPLES = 1
 """Decision samples the noise budget is measured on (one FP32 run per tensor and sample)."""
 MIN_GAIN_DB = 0.05
 

@@ -376,12 +376,12 @@ def _range_step(p: _Pipeline, steps: list[PTQStep], cur, values):
 def _output_range_step(p: _Pipeline, steps: list[PTQStep], cur, cfg: QuantConfig):
     """The worst tensors' ranges by the output error (engine.quant.outrange), decided on the
     decision samples, verified on the held-out ones."""
-    from engine.quant.outrange import WORST, choose_output_ranges
+    from engine.quant.outrange import BUDGET_SAMPLES, WORST, choose_output_ranges
 
     t = time.perf_counter()
     chosen, dec, trials, budget = choose_output_ranges(
         p.graph, p.calib, cfg, p.decide, lambda c: p.score(p.graph, p.graph, p.calib, c), cur[0], p.check)
-    changed = {"budget_samples": min(len(p.decide), 2), "tensors_in_budget": len(budget),
+    changed = {"budget_samples": min(len(p.decide), BUDGET_SAMPLES), "tensors_in_budget": len(budget),
                "worst_share": round(sum(b.share for b in budget[:WORST]), 4),
                "tensors": [tr.to_json() for tr in trials]}
     moved = [tr for tr in trials if tr.after != tr.before]
