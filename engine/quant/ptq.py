@@ -44,6 +44,8 @@ HELDOUT_SAMPLES = 8
 MIN_GAIN_DB = 0.05
 """A step must buy at least this much on the decision samples to be kept in auto mode."""
 SMOOTH_ALPHAS = (0.25, 0.5, 0.75)
+EQUALIZE_ALPHAS = (0.5, 1.0)
+"""Activation equalization strengths the CLE step weighs beside the weight-balanced scaling."""
 RANGE_SAMPLES = 2
 """Samples the per-tensor range proposals are judged on (each runs every consumer per method)."""
 RANGE_CHUNKS = 6
@@ -67,6 +69,8 @@ class PTQStep:
     heldout_db: tuple[float, float] | None
     seconds: float
     note: str = ""
+    detail: dict | None = None
+    """What the step chose between, when it weighed alternatives (report ``detail``)."""
 
     @property
     def gain_db(self) -> float:
@@ -85,6 +89,8 @@ class PTQStep:
                "seconds": round(self.seconds, 3)}
         if self.note:
             doc["note"] = self.note
+        if self.detail:
+            doc["detail"] = self.detail
         return doc
 
 
@@ -232,20 +238,42 @@ def prepare(graph: Graph, data: CalibrationSet, config: QuantConfig, progress: S
 
 
 def _cle_step(p: _Pipeline, steps: list[PTQStep], cur):
-    from engine.quant.equalize import equalize
+    """Weight-balanced CLE and activation equalization (alpha in EQUALIZE_ALPHAS) of the same
+    pairs, each calibrated and scored on the decision samples; the best is verified."""
+    from engine.quant.equalize import (
+        channel_absmax_axis1,
+        cle_pairs,
+        equalize,
+        equalize_activations,
+    )
 
     t = time.perf_counter()
-    g, pairs = equalize(p.graph)
-    if not pairs:
+    found = cle_pairs(p.graph)
+    if not found:
         steps.append(PTQStep("cle", p.config.cle, False, [], (cur[0], cur[0]), None, time.perf_counter() - t,
                              "no Conv -> [ReLU] -> Conv chain to equalize"))
         return cur
-    cal = p.calibrate(g)
-    new = p.scores(g, g, cal, p.provisional)
+    amax = channel_absmax_axis1(_fp_values(p.graph, p.decide[:VALUE_SAMPLES]),
+                                [a.outputs[0].name for a, _ in found])  # type: ignore[union-attr]
+    candidates = {"weights": equalize(p.graph)}
+    for alpha in EQUALIZE_ALPHAS:
+        candidates[f"activations {alpha:g}"] = equalize_activations(p.graph, amax, alpha)
+    tried, best = {}, None
+    for label, (g, pairs) in candidates.items():
+        if not pairs:
+            continue
+        cal = p.calibrate(g)
+        dec = p.score(g, g, cal, p.provisional)
+        tried[label] = round(dec, 3)
+        if best is None or dec > best[0]:
+            best = (dec, label, g, cal, pairs)
+    assert best is not None
+    dec, label, g, cal, pairs = best
+    new = (dec, p.score(g, g, cal, p.provisional, held=True) if p.heldout else None)
     kept = p.keep(p.config.cle, cur, new)
     calib_db, held = p.pair(cur, new)
     steps.append(PTQStep("cle", p.config.cle, kept, [x.to_json() for x in pairs], calib_db, held,
-                         time.perf_counter() - t))
+                         time.perf_counter() - t, detail={"scaling": label, "decision_sqnr_db": tried}))
     if kept:
         p.graph, p.calib = g, cal
         return new
