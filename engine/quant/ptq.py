@@ -4,8 +4,8 @@ Order: cross-layer equalization (engine.quant.equalize), SmoothQuant (same modul
 method of every tensor (engine.quant.autorange, ``--method auto``), the ranges of the tensors
 holding most of the output noise by the output error (engine.quant.outrange), AdaRound weight rounding
 (engine.quant.adaround), then empirical bias correction (engine.quant.bias_correction). Each step is measured: the worst pooled output SQNR
-of the QDQ model against FP32 before and after it, on "decision" samples (the first calibration
-samples) and on held-out samples (the last quarter of the calibration set when it has at least 4
+of the QDQ model against FP32 before and after it, on "decision" samples (calibration samples
+spread over the set) and on held-out samples (the last quarter of the calibration set when it has at least 4
 samples: a step is kept only if the held-out SQNR does not fall, but no choice between
 candidates is made on them). Ranges are calibrated on every sample, held-out ones
 included: a rare outlier in the last samples must be seen by the decisions that clip it, not
@@ -37,7 +37,9 @@ from engine.quant.data import CalibrationSet
 from engine.quant.qdq import build_qdq
 
 DECISION_SAMPLES = 8
-"""Samples each decision is scored on (the first of the calibration part)."""
+"""Samples each decision is scored on, spread evenly over the calibration part (PP-OCRv6 rec's
+first 8 text crops scored minmax 17.7 dB and percentile 99.999 17.2, every third crop 14.9 and
+15.7, all 24 15.7 and 16.7, held-out crops 12.7 and 13.8: the first ones were the easy ones)."""
 VALUE_SAMPLES = 4
 """Samples whose every FP32 tensor is held, for per-tensor range choices and bias shifts."""
 HELDOUT_SAMPLES = 8
@@ -121,6 +123,13 @@ def wants_pipeline(config: QuantConfig) -> bool:
                                                                config.bias_correction, config.output_ranges))
 
 
+def decision_indices(usable: int) -> list[int]:
+    """Indices of the decision samples among the ``usable`` calibration samples: DECISION_SAMPLES
+    of them (all when fewer) evenly spaced from the first to the last."""
+    k = min(usable, DECISION_SAMPLES)
+    return sorted({int(x) for x in np.rint(np.linspace(0, usable - 1, k))}) if k else []
+
+
 def split(data: CalibrationSet) -> tuple[int, list[dict[str, np.ndarray]]]:
     """(number of samples decisions may use, held-out samples): the last quarter (at most
     HELDOUT_SAMPLES of it) is held out when there are >= 4 samples."""
@@ -142,7 +151,7 @@ class _Pipeline:
                  cancel: Callable[[], bool] | None) -> None:
         self.calib_data = data
         self.usable, self.heldout = split(data)
-        self.decide = [data.sample(i) for i in range(min(self.usable, DECISION_SAMPLES))]
+        self.decide = [data.sample(i) for i in decision_indices(self.usable)]
         self.config = config
         self.stage = stage
         self.cancel = cancel
