@@ -7,8 +7,8 @@ calibration set and a held-out set from another seed (tests/bench/quant_data.py,
 - ours adaround / adaround+bc / bias_correction: the same with ``adaround="on"`` and/or
   ``bias_correction="on"`` (engine/quant/adaround.py, bias_correction.py), what each step
   changed and its figures on the decision and internal held-out calibration samples;
-- ours method_auto / output_ranges / ranges: ``--method auto``, ``--output-ranges auto`` and both with
-  bias correction auto (engine/quant/autorange.py, outrange.py);
+- ours method_auto / output_ranges / cle: ``--method auto``, ``--output-ranges auto``, ``--cle auto``
+  (engine/quant/autorange.py, outrange.py, equalize.py); ranges: those three and bias correction, auto;
 - ours auto: every PTQ algorithm in ``auto`` mode (kept only where the calibration checks pass);
 - weights alone: the output SQNR with only the weights quantized (activations FP32), nearest
   rounding and AdaRound's, the cap weights put on any activation scheme;
@@ -70,7 +70,8 @@ def _cases(d: Path) -> dict:
 VARIANTS = {"minmax": {}, "bias_correction": {"bias_correction": "on"}, "adaround": {"adaround": "on"},
             "adaround+bc": {"adaround": "on", "bias_correction": "on"},
             "method_auto": {"method": "auto"}, "output_ranges": {"output_ranges": "auto"},
-            "ranges": {"method": "auto", "output_ranges": "auto", "bias_correction": "auto"},
+            "cle": {"cle": "auto"},
+            "ranges": {"method": "auto", "cle": "auto", "output_ranges": "auto", "bias_correction": "auto"},
             "auto": {"method": "auto", "cle": "auto", "smoothquant": "auto", "output_ranges": "auto",
                      "adaround": "auto", "bias_correction": "auto"}}
 
