@@ -22,7 +22,7 @@ run: $(STAMP)
 	$(BIN)/npu-studio
 
 test: $(STAMP)
-	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q tests
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q --durations=15 tests
 
 bench: $(STAMP)
 	for f in tests/bench/bench_*.py; do m=$$(basename $$f .py); echo "== $$m"; \

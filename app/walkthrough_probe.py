@@ -6,8 +6,8 @@ geometry, the dock and toolbar rectangles, the palette's visible op rows, every 
 canvas (screen rectangle, port positions, device, pin), the undo stack, the last compile, the
 active modal dialog and the status-bar message, all in screen coordinates, plus a readiness
 signal: ``busy`` (what the window is still doing: loading, laying out, drawing the scene,
-placing, compiling, drawing the charts) and ``still_ms`` (how long the canvas has not moved: no scroll, zoom or node
-rectangle change between writes). tools/walkthrough.py aims only when ``busy`` is empty and the
+placing, compiling, drawing the charts, computing the histogram) and ``still_ms`` (how long
+the canvas has not moved: no scroll, zoom or node rectangle change between writes). tools/walkthrough.py aims only when ``busy`` is empty and the
 canvas has held still, and
 then moves the mouse by these figures and checks each step's effect in them, so it finds widgets
 however the layout turns out and fails with a reason instead of clicking blind.
@@ -88,6 +88,8 @@ class WalkthroughProbe(QObject):
             out.append("compiling")
         if analysis is not None and getattr(analysis.charts, "is_updating", False):
             out.append("drawing the charts")
+        if analysis is not None and getattr(analysis.op_panel, "histogram_pending", False):
+            out.append("computing the histogram")
         return out
 
     def state(self) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SCREEN = (1280, 800)
-OFF_CANVAS = {"compiling", "drawing the charts"}  # busy, but not moving the canvas (the probe's names)
+OFF_CANVAS = {"compiling", "drawing the charts", "computing the histogram"}  # busy, but not moving the canvas (the probe's names)
 NEEDED = {"Xvfb": "xvfb", "xdotool": "xdotool", "import": "imagemagick", "convert": "imagemagick"}
 
 

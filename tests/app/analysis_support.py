@@ -122,11 +122,10 @@ class StallMeter:
 MAX_STALL_MS = 100.0
 
 
-def stall_bound(idle_ms: float, limit_ms: float | None = None) -> float:
-    """``limit_ms`` (100 ms unless a case holds a measured figure) plus what an idle event loop
-    showed just before (capped at 100 ms): on a loaded machine the OS alone holds the GUI thread
-    that long, on a quiet one the bound is the limit."""
-    return (MAX_STALL_MS if limit_ms is None else limit_ms) + min(max(idle_ms - 10.0, 0.0), 100.0)
+def stall_bound(idle_ms: float) -> float:
+    """100 ms plus what an idle event loop showed just before (capped at 100 ms): on a loaded
+    machine the OS alone holds the GUI thread that long, on a quiet one the bound is 100 ms."""
+    return MAX_STALL_MS + min(max(idle_ms - 10.0, 0.0), 100.0)
 
 
 def idle_noise_ms(seconds: float = 1.0) -> float:

@@ -69,20 +69,19 @@ def _measure(qtbot, settings, recovery_dir, path: Path, target: str | None, shap
     return meter.worst, meter.worst_cpu, noise
 
 
-def _assert_responsive(qtbot, settings, recovery_dir, name: str, path: Path, target: str | None, shapes=None,
-                       wall_ms: float | None = None, cpu_ms: float = MAX_STALL_MS):
+def _assert_responsive(qtbot, settings, recovery_dir, name: str, path: Path, target: str | None, shapes=None):
     # Best of two runs: a stall of ours shows up in both, a burst from another process on this
     # shared 2-core machine rarely does.
     runs = []
     for _attempt in range(2):
         wall, cpu, noise = _measure(qtbot, settings, recovery_dir, path, target, shapes)
         runs.append((wall, cpu, noise))
-        print(f"{name}: longest event-loop stall {wall:.0f} ms (bound {stall_bound(noise, wall_ms):.0f}, idle loop {noise:.0f} ms),"
+        print(f"{name}: longest event-loop stall {wall:.0f} ms (bound {stall_bound(noise):.0f}, idle loop {noise:.0f} ms),"
               f" most GUI-thread CPU in one stall {cpu:.0f} ms")
-        if wall < stall_bound(noise, wall_ms) and cpu < cpu_ms:
+        if wall < stall_bound(noise) and cpu < MAX_STALL_MS:
             return
-    assert min(r[1] for r in runs) < cpu_ms, f"{name}: the GUI thread worked {min(r[1] for r in runs):.0f} ms in one go"
-    assert any(w < stall_bound(n, wall_ms) for w, _c, n in runs), \
+    assert min(r[1] for r in runs) < MAX_STALL_MS, f"{name}: the GUI thread worked {min(r[1] for r in runs):.0f} ms in one go"
+    assert any(w < stall_bound(n) for w, _c, n in runs), \
         f"{name}: the GUI thread stalled for {min(r[0] for r in runs):.0f} ms (best of {len(runs)})"
 
 
@@ -96,13 +95,12 @@ def test_gui_thread_never_blocks_over_100ms_while_loading_laying_out_and_compili
 # walkthrough opens it there), beyond the suite's time budget.
 # Its compile runs in the worker process (app/worker_process.py): before, in a worker thread, the GUI
 # thread waited for the GIL that thread held (124-305 ms stalls for 58-73 ms of GUI-thread CPU).
-# PP-OCRv6 det's GUI-thread work is held at a measured figure, not at 100 ms (issue 17 stays open for
-# it): when its result lands, one event-loop turn does 86-115 ms of CPU (61-98 ms alone at load ~1,
-# 111-115 ms in a fresh-clone CI run; 62-88 ms on b900aa7), 31 ms with the charts' drawing turned
-# off, so the rest is pyqtgraph laying out and painting the charts of 158 ops. Held so it cannot
-# get worse unnoticed.
+# PP-OCRv6 det's first result drew its charts in 86-115 ms of GUI-thread CPU in one event-loop turn
+# (111-115 ms in a fresh-clone CI run): two chart steps ran back to back, each chart painted twice
+# (its title's new height resized it after the first paint), and a bar chart painted a brush per
+# bar and 158 axis names. Now each step lays out before its paint, steps are STEP_MS apart, bars
+# are drawn per colour and only the names in view are axis ticks.
 BACKGROUND = [("mobilenet_demo", "phone-npu", None), ("ppocr_det", "phone-npu", {"x": (1, 3, 64, 64)})]
-HELD_MS = {"ppocr_det": 150.0}  # both the GUI thread's CPU and the wall time of one stall
 
 
 @pytest.mark.parametrize(("model", "target", "shapes"), BACKGROUND, ids=[c[0] for c in BACKGROUND])
@@ -116,9 +114,7 @@ def test_gui_thread_never_blocks_over_100ms_while_the_opening_analysis_compiles(
             pytest.skip(reason)
     else:
         path = demo_model(model)
-    held = HELD_MS.get(model)
-    _assert_responsive(qtbot, settings, recovery_dir, f"{model}@{target}", path, target, shapes,
-                       wall_ms=held, cpu_ms=held or MAX_STALL_MS)
+    _assert_responsive(qtbot, settings, recovery_dir, f"{model}@{target}", path, target, shapes)
 
 
 def test_painting_many_items_at_every_zoom_does_not_crash(qtbot, tmp_path, settings, recovery_dir):
