@@ -483,19 +483,31 @@ def _adaround_step(p: _Pipeline, steps: list[PTQStep], cur, cfg: QuantConfig):
 
 
 def _bias_step(p: _Pipeline, steps: list[PTQStep], cur, cfg: QuantConfig, values, build: Graph):
+    """Bias correction with each op's full shift (input, weights and bias quantized) and with its
+    weights' shift alone, the better on the decision samples verified on the held-out ones."""
     from engine.quant.bias_correction import correct_biases
 
     t = time.perf_counter()
-    corrected, shifts = correct_biases(build, p.calib, cfg, values, reference=p.graph)
-    if not shifts:
-        steps.append(PTQStep("bias_correction", p.config.bias_correction, False, [], (cur[0], cur[0]), None,
-                             time.perf_counter() - t, "no quantized Conv/Gemm without a fused activation"))
-        return build, cur
-    new = p.scores(p.graph, corrected, p.calib, cfg)
+    tried: dict[str, float] = {}
+    best = None
+    for label, weights_only in (("op", False), ("weights", True)):
+        corrected, shifts = correct_biases(build, p.calib, cfg, values, reference=p.graph, weights_only=weights_only)
+        if not shifts:
+            steps.append(PTQStep("bias_correction", p.config.bias_correction, False, [], (cur[0], cur[0]), None,
+                                 time.perf_counter() - t, "no quantized Conv/Gemm without a fused activation"))
+            return build, cur
+        dec = p.score(p.graph, corrected, p.calib, cfg)
+        tried[label] = round(dec, 3)
+        if best is None or dec > best[0]:
+            best = (dec, label, corrected, shifts)
+    assert best is not None
+    dec, label, corrected, shifts = best
+    new = (dec, p.score(p.graph, corrected, p.calib, cfg, held=True) if p.heldout else None)
     kept = p.keep(p.config.bias_correction, cur, new)
     calib_db, held = p.pair(cur, new)
     top = sorted(shifts, key=lambda s: -s.relative_shift)
     steps.append(PTQStep("bias_correction", p.config.bias_correction, kept,
                          {"nodes": len(shifts), "largest": [s.to_json() for s in top[:5]]},
-                         calib_db, held, time.perf_counter() - t))
+                         calib_db, held, time.perf_counter() - t,
+                         detail={"shift": label, "decision_sqnr_db": tried}))
     return (corrected, new) if kept else (build, cur)
