@@ -221,3 +221,20 @@ def test_cle_weighs_activation_equalization_and_keeps_the_scaling_that_scores_be
     assert step["detail"]["scaling"] == max(tried, key=tried.get)
     assert step["calib_sqnr_db"]["after"] == pytest.approx(max(tried.values()), abs=1e-3)
     assert step["applied"] and _out_sqnr(r) >= _out_sqnr(plain) + 10
+
+
+def test_bias_correction_weighs_the_weights_own_shift_and_removes_the_dc_error_of_a_1x1_conv():
+    # a 1x1 conv reading a tensor that is mostly its mean (0.5 on 64 channels), with one large
+    # weight per row: the other weights round on a coarse grid, and their errors times the mean
+    # are a per-channel constant shift of the output
+    w = RNG.normal(size=(8, 64, 1, 1)) * 0.05
+    w[:, 0] = 2.0
+    m = _model([helper.make_node("Conv", ["x", "w"], ["y"], name="pw")], {"w": w}, [1, 64, 6, 6], [1, 8, 6, 6])
+    g = _optimized(m)
+    data = CalibrationSet.from_arrays("dc", {"x": (0.5 + 0.05 * RNG.normal(size=(16, 1, 64, 6, 6))).astype(np.float32)})
+    plain = quantize(g, data, QuantConfig(method="minmax", per_channel=True), analysis_samples=8)
+    r = quantize(g, data, QuantConfig(method="minmax", per_channel=True, bias_correction="auto"), analysis_samples=8)
+    step = _step(r, "bias_correction")
+    tried = step["detail"]["decision_sqnr_db"]
+    assert set(tried) == {"op", "weights"} and step["detail"]["shift"] == max(tried, key=tried.get)
+    assert step["applied"] and _out_sqnr(r) >= _out_sqnr(plain) + 3
