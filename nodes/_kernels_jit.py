@@ -58,20 +58,18 @@ def poly21(c, s):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True, fastmath=_FAST)
-def erf_flat(x, out, near, far, gelu):  # pragma: no cover - compiled
+def erf_flat(x, out, near, far):  # pragma: no cover - compiled
     # erf: both polynomials for every element, then a select. The body must stay in this loop
     # (a helper function, even inlined, measured 4x slower: the loop no longer vectorizes).
-    scale = 0.7071067811865476 if gelu else 1.0
     for i in range(x.size):
-        w = np.float64(x[i])
-        v = w * scale
+        v = np.float64(x[i])
         a = abs(v)
         lo = poly12(near, 2.0 * a * a - 1.0) * v
         hi = poly21(far, (min(a, 4.0) - 2.5) / 1.5)
         hi = hi if v > 0.0 else -hi
         e = lo if a < 1.0 else hi
         e = e if a == a else v
-        out[i] = 0.5 * w * (1.0 + e) if gelu else e
+        out[i] = e
 
 
 @njit(cache=True, nogil=True, fastmath=_FAST)
@@ -329,3 +327,126 @@ def channel_chain(x, codes, params):  # pragma: no cover - compiled
                 else:
                     for i in range(s):
                         row[i] = np.maximum(row[i], 0)
+
+
+# float32 exp(v) = 2^n * e^r, n = round(v / ln 2), r = v - n ln 2 (ln 2 in two parts, Cody-Waite),
+# e^r = 1 + r + r^2 P(r) with Cephes expf's degree-5 P (relative error ~1e-7 on |r| <= ln 2 / 2).
+# float32 constants, so numba keeps the arithmetic in float32 (8 lanes of AVX2).
+_F32 = np.float32
+_LOG2E = _F32(1.4426950408889634)
+_LN2_HI = _F32(0.693359375)
+_LN2_LO = _F32(-2.12194440e-4)
+_EXP_P = (_F32(1.9875691500e-4), _F32(1.3981999507e-3), _F32(8.3334519073e-3), _F32(4.1665795894e-2),
+          _F32(1.6666665459e-1), _F32(5.0000001201e-1))
+_EXP_LO = _F32(-87.0)  # 2^n stays a normal float32 (n in [-126, 127])
+_EXP_HI = _F32(88.0)
+_ROUND = _F32(12582912.0)  # 1.5 * 2^23: adding and subtracting it rounds to an integer
+_BIAS = _F32(127.0)
+_MANT = _F32(8388608.0)  # 2^23
+_ZERO = _F32(0.0)
+_HALF = _F32(0.5)
+_ONE = _F32(1.0)
+_TWO = _F32(2.0)
+_INF = _F32(np.inf)
+_RSQRT2 = _F32(0.7071067811865476)
+_ERFC_R = tuple(_F32(c) for c in (0.17087277, -0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806,
+                                  0.09678418, 0.37409196, 1.00002368, -1.26551223))
+"""erfc(z) = t exp(-z^2 + R(t)), t = 1 / (1 + z/2), z >= 0: Numerical Recipes' erfcc, relative
+error below 1.2e-7 for every z (R's coefficients, highest degree first)."""
+EXP_BLOCK = 512
+
+
+@njit(cache=True, nogil=True, inline="always", fastmath=_FAST)
+def exp_block(v, e, k, m):  # pragma: no cover - compiled
+    # exp(v[i]) = e[i] * (k[i] viewed as float32) for i < m, v clamped to [-87, 88] (2^n stays
+    # normal); 2^n's bit pattern (n + 127) << 23 is an exact float product converted to int32.
+    # A loop of its own over block arrays, so it vectorizes where it is inlined.
+    p0, p1, p2, p3, p4, p5 = _EXP_P
+    for i in range(m):
+        w = min(max(v[i], _EXP_LO), _EXP_HI)
+        nf = (w * _LOG2E + _ROUND) - _ROUND
+        r = w - nf * _LN2_HI
+        r = r - nf * _LN2_LO
+        p = p0 * r + p1
+        p = p * r + p2
+        p = p * r + p3
+        p = p * r + p4
+        p = p * r + p5
+        e[i] = (p * (r * r) + r) + _ONE
+        k[i] = np.int32((nf + _BIAS) * _MANT)
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath=_FAST)
+def logistic_flat(x, out, silu):  # pragma: no cover - compiled
+    # out = 1 / (1 + exp(-x)) (silu: x / (1 + exp(-x))) for float32 x, block by block. Below
+    # x = -87 the result rounds to 1 (x) anyway; above -x = 88 exp(-x) counts as infinite, as
+    # numpy's overflow makes it (result 0, or -0 for SiLU; the exact value is below 6.1e-39).
+    # NaN stays NaN. x is copied into the block (xs) so that an in-place call (out is x) still
+    # passes the vectorized loops' runtime overlap checks.
+    n = x.size
+    xs = np.empty(EXP_BLOCK, np.float32)
+    v = np.empty(EXP_BLOCK, np.float32)
+    e = np.empty(EXP_BLOCK, np.float32)
+    k = np.empty(EXP_BLOCK, np.int32)
+    scale = k.view(np.float32)
+    for b0 in range(0, n, EXP_BLOCK):
+        m = min(EXP_BLOCK, n - b0)
+        xb = x[b0:b0 + m]
+        ob = out[b0:b0 + m]
+        for i in range(m):
+            xs[i] = xb[i]
+            v[i] = -xb[i]
+        exp_block(v, e, k, m)
+        if silu:
+            for i in range(m):
+                xi = xs[i]
+                d = _ONE + e[i] * scale[i]
+                y = xi / (d if xi >= -_EXP_HI else _INF)
+                ob[i] = y if xi == xi else xi
+        else:
+            for i in range(m):
+                xi = xs[i]
+                d = _ONE + e[i] * scale[i]
+                y = _ONE / (d if xi >= -_EXP_HI else _INF)
+                ob[i] = y if xi == xi else xi
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath=_FAST)
+def gelu_flat(x, out):  # pragma: no cover - compiled
+    # out = x / 2 * (1 + erf(x / sqrt 2)) for float32 x, block by block: c = erfc(|x| / sqrt 2)
+    # (_ERFC_R), then 1 + erf is c for negative x (no cancellation) and 2 - c otherwise. NaN
+    # stays NaN; an overlapping out is handled as in logistic_flat.
+    n = x.size
+    xs = np.empty(EXP_BLOCK, np.float32)
+    ts = np.empty(EXP_BLOCK, np.float32)
+    v = np.empty(EXP_BLOCK, np.float32)
+    e = np.empty(EXP_BLOCK, np.float32)
+    k = np.empty(EXP_BLOCK, np.int32)
+    scale = k.view(np.float32)
+    r0, r1, r2, r3, r4, r5, r6, r7, r8, r9 = _ERFC_R
+    for b0 in range(0, n, EXP_BLOCK):
+        m = min(EXP_BLOCK, n - b0)
+        xb = x[b0:b0 + m]
+        ob = out[b0:b0 + m]
+        for i in range(m):
+            xs[i] = xb[i]
+        for i in range(m):
+            z = abs(xs[i]) * _RSQRT2
+            t = _ONE / (_ONE + _HALF * z)
+            p = r0 * t + r1
+            p = p * t + r2
+            p = p * t + r3
+            p = p * t + r4
+            p = p * t + r5
+            p = p * t + r6
+            p = p * t + r7
+            p = p * t + r8
+            p = p * t + r9
+            ts[i] = t
+            v[i] = p - z * z
+        exp_block(v, e, k, m)
+        for i in range(m):
+            xi = xs[i]
+            c = ts[i] * e[i] * scale[i]
+            y = _HALF * xi * (c if xi < _ZERO else _TWO - c)
+            ob[i] = y if xi == xi else xi

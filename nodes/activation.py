@@ -14,7 +14,7 @@ import numpy as np
 
 from nodes._util import broadcast_shapes, norm_axis
 from nodes.elementwise import erf, is_low_float
-from nodes.kernels import compiled_float, gelu32_, hard_swish_
+from nodes.kernels import compiled_float, gelu32_, hard_swish_, logistic32_
 from nodes.registry import register, register_spec
 from nodes.spec import (
     ELEMENTWISE_QUANT,
@@ -37,13 +37,21 @@ def _scalar(x: np.ndarray, v: float) -> Any:
     return x.dtype.type(v)
 
 
-def sigmoid(x: np.ndarray) -> np.ndarray:
-    """Logistic function of a float32/float64 array, overflow-safe."""
-    e = np.negative(x)
+def sigmoid_chain(x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """1 / (1 + exp(-x)) as numpy ops (negative, exp, + 1, reciprocal) into ``out`` (may be ``x``)."""
+    np.negative(x, out=out)
     with np.errstate(over="ignore"):
-        np.exp(e, out=e)
-    e += 1
-    return np.reciprocal(e, out=e)
+        np.exp(out, out=out)
+    out += 1
+    return np.reciprocal(out, out=out)
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """Logistic function of a float32/float64 array, overflow-safe (C-contiguous float32: one
+    compiled pass, nodes.kernels.logistic32_)."""
+    if x.dtype == np.float32 and compiled_float(x):
+        return logistic32_(x)
+    return sigmoid_chain(x, np.empty_like(x))
 
 
 def softplus(x: np.ndarray) -> np.ndarray:
@@ -144,10 +152,9 @@ def _swish(x: np.ndarray, a: dict[str, Any]) -> np.ndarray:
 
 
 def _sigmoid_in_place(x: np.ndarray, a: dict[str, Any]) -> np.ndarray:
-    np.negative(x, out=x)
-    np.exp(x, out=x)
-    x += 1
-    return np.reciprocal(x, out=x)
+    if x.dtype == np.float32 and compiled_float(x):
+        return logistic32_(x, out=x)
+    return sigmoid_chain(x, x)
 
 
 def _hard_sigmoid_in_place(x: np.ndarray, a: dict[str, Any]) -> np.ndarray:

@@ -11,9 +11,10 @@ same arithmetic in one pass, in the input's float type (float32 stays float32):
   band by band in L1, with the running sum in a register.
 - ``pool2d``: max and sum pooling windows, row by row in cache (numpy's separable passes
   over strided views of the whole tensor were 3-10x onnxruntime).
-- ``erf32_`` / ``gelu32_`` / ``hard_swish_``: elementwise functions in one pass, written into a
-  caller-given buffer (which may be the input itself). (Sigmoid is not here: numpy's SIMD exp
-  in three in-place passes measured 2x faster than a scalar exp loop.)
+- ``erf32_`` / ``gelu32_`` / ``hard_swish_`` / ``logistic32_`` / ``silu32_``: elementwise
+  functions in one pass, written into a caller-given buffer (which may be the input itself).
+  The logistic and Gelu kernels compute exp in float32 with a polynomial (a scalar libm exp
+  loop measured 2x slower than numpy's SIMD exp; this one vectorizes).
 
 The loops themselves are in nodes/_kernels_jit.py, imported on the first call (numba's import
 costs 1-2 s; commands that run no kernel do not pay it). The first call of each kernel in a
@@ -161,23 +162,50 @@ def erf32_(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """
     if out is None:
         out = np.empty_like(x)
-    _jit().erf_flat(x.reshape(-1), out.reshape(-1), ERF_NEAR, ERF_FAR, False)
+    _jit().erf_flat(x.reshape(-1), out.reshape(-1), ERF_NEAR, ERF_FAR)
     return out
 
 
 def gelu32_(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """Gelu x * (1 + erf(x / sqrt(2))) / 2 of C-contiguous float32 ``x`` in one pass (float64
-    inside, so at least as close to the exact value as the op-by-op float32 chain)."""
-    if out is None:
-        out = np.empty_like(x)
-    _jit().erf_flat(x.reshape(-1), out.reshape(-1), ERF_NEAR, ERF_FAR, True)
-    return out
+    """Gelu x * (1 + erf(x / sqrt(2))) / 2 of C-contiguous float32 ``x`` in one float32 pass;
+    ``out`` may be ``x``.
+
+    1 + erf(v) is computed as erfc(|v|) for negative v and 2 - erfc(|v|) otherwise, erfc(z) =
+    t exp(-z^2 + R(t)) with t = 1 / (1 + z/2) (relative error < 1.2e-7) and logistic32_'s exp:
+    at most 3.9e-7 from the exact value on [-8, 8] (the float32 op chain Div, Erf, Add, Mul,
+    Mul: 4.5e-7), and for negative x relative to the value, where the chain's 1 + erf cancels.
+    Measured 3.2x faster than the float64 erf polynomials it replaced (1M elements, 1 thread).
+    """
+    return _flat_pass(_jit().gelu_flat, x, out)
 
 
 def hard_swish_(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """x * clip(x / 6 + 1/2, 0, 1) in one pass; ``out`` may be ``x``."""
     return _flat_pass(_jit().hard_swish_flat, x, out)
 
+
+
+def logistic32_(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """1 / (1 + exp(-x)) of C-contiguous float32 ``x`` in one pass; ``out`` may be ``x``.
+
+    exp in float32 (Cody-Waite reduction, Cephes expf's polynomial): within 1.2e-7 relative of
+    the exact value where it is above 1e-30 (numpy's float32 chain: 2.1e-7), 0 below -88 (the
+    exact value is below 6.1e-39), NaN for NaN."""
+    return _flat_pass(_logistic, x, out)
+
+
+def silu32_(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """x * sigmoid(x), as x / (1 + exp(-x)), of C-contiguous float32 ``x`` in one pass (the
+    exp of logistic32_); ``out`` may be ``x``."""
+    return _flat_pass(_silu, x, out)
+
+
+def _logistic(x: np.ndarray, out: np.ndarray) -> None:
+    _jit().logistic_flat(x, out, False)
+
+
+def _silu(x: np.ndarray, out: np.ndarray) -> None:
+    _jit().logistic_flat(x, out, True)
 
 
 def hard_swish_chain_(x: np.ndarray, c: Any, lo: Any, hi: Any, k: Any, mode: int) -> np.ndarray:
@@ -217,3 +245,5 @@ def warm_up() -> None:
         channel_chain_(np.zeros((1, 2, 2), dt), np.arange(7, dtype=np.int64), np.ones((7, 2), dt))
     erf32_(np.zeros(2, np.float32))
     gelu32_(np.zeros(2, np.float32))
+    logistic32_(np.zeros(2, np.float32))
+    silu32_(np.zeros(2, np.float32))

@@ -14,7 +14,8 @@ folded on the first run):
   consumer, that alone reads it and whose other inputs are constants: it runs as a post-op of
   the producer's step on the producer's fresh output buffer (the consumer's own kernel with
   that input donated, so the arithmetic is the unfused one). ``x * Sigmoid(x)`` (SiLU) fuses
-  the same way. This saves the per-step dispatch and a buffer.
+  the same way; on a float32 buffer it is one compiled pass, x / (1 + exp(-x))
+  (nodes.kernels.silu32_: one rounding fewer than the Mul of the rounded sigmoid). This saves the per-step dispatch and a buffer.
 - Two or more per-channel post-ops in a row (a decomposed BatchNormalization's Mul and Add, a
   Relu, Sub/Div by a per-channel constant; a standalone BatchNormalization counts as a
   producer, its dying input donated): one ChannelChain pass over each channel's row in cache
@@ -72,6 +73,11 @@ def run_post(posts: tuple[PostOp, ...], y: Any) -> Any:
         if p.extra is None:
             args[p.slot] = y
             y = _array(p.fn(p.ctx, *args))
+            continue
+        if type(y) is np.ndarray and y.dtype == np.float32 and y.flags.c_contiguous and y.flags.writeable:
+            from nodes.kernels import silu32_
+
+            y = silu32_(y, out=y)  # SiLU in one compiled pass over the producer's own buffer
             continue
         args[p.slot] = y  # SiLU: s = Sigmoid(y) into a new buffer, then y *= s
         s = _array(p.fn(p.ctx, *args))

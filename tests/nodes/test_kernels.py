@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import engine
 from nodes.conv import DIRECT_GROUP_WIDTH
-from nodes.kernels import erf32_, gelu32_, hard_swish_
+from nodes.kernels import erf32_, gelu32_, hard_swish_, logistic32_, silu32_
 from tests.nodes.test_conv import _conv_graph, naive_conv
 
 # (x shape, group, channels out per group, kernel, attrs): all take the direct kernel
@@ -112,6 +112,43 @@ def test_hard_swish_in_place_matches_its_formula():
     buf = x.copy()
     assert hard_swish_(buf, out=buf) is buf
     np.testing.assert_allclose(buf, want, rtol=1e-6, atol=1e-7)
+
+
+def _logistic64(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x.astype(np.float64)))
+
+
+def test_float32_sigmoid_and_silu_are_as_close_to_the_exact_value_as_numpys_float32_chain():
+    x = np.concatenate([np.linspace(-80, 80, 200001, dtype=np.float32),
+                        np.float32(10.0) ** np.linspace(-30, 1, 311, dtype=np.float32)])
+    x = np.concatenate([x, -x])
+    exact = _logistic64(x)
+    e = np.exp(-x)  # the op chain Sigmoid ran before: exp, + 1, reciprocal, in float32
+    chain = np.reciprocal(e + np.float32(1))
+    got = logistic32_(x)
+    assert got.dtype == np.float32
+    normal = exact > 1e-30
+    rel = np.abs(got - exact)[normal] / exact[normal]
+    assert rel.max() <= 1.5e-7
+    assert rel.max() <= (np.abs(chain - exact)[normal] / exact[normal]).max()
+    silu_exact = x * exact
+    silu = silu32_(x)
+    big = np.abs(silu_exact) > 1e-30
+    assert (np.abs(silu - silu_exact)[big] / np.abs(silu_exact[big])).max() <= 2e-7
+    assert np.abs(silu - silu_exact)[~big].max() <= 1e-36  # where the result is ~0
+
+
+def test_sigmoid_and_silu_in_place_keep_nan_infinities_and_the_limits():
+    x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 100.0, -100.0, 30.0], np.float32)
+    buf = x.copy()
+    assert logistic32_(buf, out=buf) is buf
+    assert np.isnan(buf[0])
+    np.testing.assert_allclose(buf[1:], [1.0, 0.0, 0.5, 0.5, 1.0, 0.0, 1.0], atol=1e-38, rtol=0)
+    buf = x.copy()
+    assert silu32_(buf, out=buf) is buf
+    assert np.isnan(buf[0])
+    np.testing.assert_allclose(buf[[1, 3, 5, 7]], [np.inf, 0.0, 100.0, 30.0], rtol=0)
+    assert buf[6] == 0 and np.isnan(buf[2])  # -100 * sigmoid(-100) ~ -4e-42; -inf * 0 is NaN, as numpy gives
 
 
 def test_a_fresh_copy_compiles_its_kernels_and_caches_them_where_numba_cache_dir_says(tmp_path):
