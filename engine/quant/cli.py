@@ -131,7 +131,7 @@ def cmd_quantize(args: argparse.Namespace, out: Out) -> int:
     config = QuantConfig(method=args.method, per_channel=args.per_channel, symmetric=args.symmetric,
                          dtype=args.dtype, percentile=args.percentile, cle=args.cle,
                          smoothquant=args.smoothquant, bias_correction=args.bias_correction,
-                         adaround=args.adaround)
+                         adaround=args.adaround, output_ranges=args.output_ranges)
     data = calib_from_args(args, graph)
     assert data is not None  # --calib is required
     check_search_args(args, data)
@@ -285,6 +285,8 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
                        ("--smoothquant", "SmoothQuant migration of LayerNorm -> MatMul activation outliers"),
                        ("--adaround", "AdaRound: each Conv/MatMul/Gemm weight rounded up or down by its layer's "
                                       "output error"),
+                       ("--output-ranges", "the ranges of the tensors holding most of the output noise chosen "
+                                           "by the model's output error"),
                        ("--bias-correction", "empirical bias correction of quantized Conv/Gemm")):
         p.add_argument(flag, choices=("auto", "on", "off"), default="off",
                        help=f"{what} (auto: kept where it raises the output SQNR on calibration and "

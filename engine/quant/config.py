@@ -39,9 +39,12 @@ class QuantConfig:
     ``dtype`` is the activation type; weights use the signed type of the same width and are
     symmetric (per output channel with ``per_channel``). ``precision`` overrides the precision
     of single nodes by name: int8, uint8, int16, fp16, bf16 or fp32 (mixed precision).
-    ``method_overrides`` picks another calibration method for single tensors by name.
+    ``method_overrides`` picks another calibration method for single tensors by name, and
+    ``percentile_overrides`` another percentile for single tensors whose method is percentile.
     ``tflite`` follows the TFLite int8 spec (engine/quant/tflite_spec.py): per-channel symmetric
     weights, quantized model outputs and constant operands, the parameters LiteRT requires.
+    ``output_ranges`` chooses the ranges of the tensors holding most of the output noise by the
+    model's output error (engine/quant/outrange.py).
     ``method="auto"`` picks each tensor's range method by the error it causes downstream
     (engine/quant/autorange.py). ``cle``, ``smoothquant``, ``adaround`` and ``bias_correction`` switch the PTQ
     algorithms of engine/quant/ptq.py: "auto" keeps one only where it raises the output SQNR on
@@ -61,17 +64,20 @@ class QuantConfig:
     tflite: bool = False
     precision: dict[str, str] = field(default_factory=dict)
     method_overrides: dict[str, str] = field(default_factory=dict)
+    percentile_overrides: dict[str, float] = field(default_factory=dict)
     ops: frozenset[str] = QUANTIZABLE_OPS
     cle: str = "off"
     smoothquant: str = "off"
     bias_correction: str = "off"
     adaround: str = "off"
+    output_ranges: str = "off"
 
     def __post_init__(self) -> None:
         if self.method not in CONFIG_METHODS:
             raise InputError(f"--method must be one of {', '.join(CONFIG_METHODS)}, got {self.method!r}")
         for flag, mode in (("--cle", self.cle), ("--smoothquant", self.smoothquant),
-                           ("--bias-correction", self.bias_correction), ("--adaround", self.adaround)):
+                           ("--bias-correction", self.bias_correction), ("--adaround", self.adaround),
+                           ("--output-ranges", self.output_ranges)):
             if mode not in PTQ_MODES:
                 raise InputError(f"{flag} must be one of {', '.join(PTQ_MODES)}, got {mode!r}")
         if self.dtype not in ("int8", "uint8", "int16"):
@@ -82,13 +88,19 @@ class QuantConfig:
         for t, m in self.method_overrides.items():
             if m not in METHODS:
                 raise InputError(f"method of tensor {t!r} must be one of {', '.join(METHODS)}, got {m!r}")
-        if not 0 < self.percentile <= 100:
-            raise InputError(f"--percentile must be in (0, 100], got {self.percentile}")
+        for t, pct in (("--percentile", self.percentile),
+                       *((f"percentile of tensor {k!r}", v) for k, v in self.percentile_overrides.items())):
+            if not 0 < pct <= 100:
+                raise InputError(f"{t} must be in (0, 100], got {pct}")
 
     @property
     def weight_dtype(self) -> str:
         """Signed type of the activation width."""
         return "int16" if self.dtype == "int16" else "int8"
+
+    def tensor_percentile(self, tensor: str) -> float:
+        """The percentile a percentile range of ``tensor`` keeps: its override or ``percentile``."""
+        return self.percentile_overrides.get(tensor, self.percentile)
 
     def node_precision(self, node_name: str) -> str:
         """The precision of a node: its override or the default activation type."""
@@ -106,4 +118,7 @@ class QuantConfig:
                 "precision": dict(sorted(self.precision.items())),
                 "method_overrides": dict(sorted(self.method_overrides.items())),
                 "cle": self.cle, "smoothquant": self.smoothquant, "bias_correction": self.bias_correction,
-                "adaround": self.adaround}
+                "adaround": self.adaround,
+                **({"output_ranges": self.output_ranges} if self.output_ranges != "off" else {}),
+                **({"percentile_overrides": dict(sorted(self.percentile_overrides.items()))}
+                   if self.percentile_overrides else {})}

@@ -13,6 +13,14 @@ wastes the levels of its neighbours, and the activation between them is rescaled
 (Clip) and HardSwish are not homogeneous (their corners do not move with the scale), so chains
 through them are left alone: rescaling there would change what the model computes.
 
+Activation equalization. The same free rescaling, with s chosen for the activation between the
+two convolutions rather than for their weights: with a_i = max |f(W1 x + b1)_i| over calibration
+samples and g their geometric mean, s_i = (a_i / g)^alpha makes every channel's range
+a_i^(1 - alpha) g^alpha (all equal at alpha = 1). The tensor between them is quantized per tensor,
+so its small channels stop rounding to a few levels; the first conv's weights are quantized per
+output channel, which a per-row factor does not change, and the second's columns take s_i (the
+cost: its per-output-channel range may grow). ``alpha`` is chosen by the error it gives.
+
 SmoothQuant (Xiao et al. 2022). For a MatMul X W whose activation X has a few outlier channels k,
 X W = (X / s) (s W) with s_k = max|X_k|^a / max|W_k|^(1 - a) moves the outliers into the weights
 (which are quantized per output channel and tolerate them). The division is folded into the
@@ -132,6 +140,42 @@ def equalize(graph: Graph, sweeps: int = 4) -> tuple[Graph, list[CLEPair]]:
         after = _spread(_second_ranges(_const_input(b, 1), int(b.attrs.get("group", 1))))
         changed.append(CLEPair(a.name, b.name, int(_const_input(a, 1).shape[0]), before[(a.name, b.name)], after))
     return g, changed
+
+
+def equalize_activations(graph: Graph, amax: Mapping[str, np.ndarray], alpha: float) -> tuple[Graph, list[CLEPair]]:
+    """A copy of ``graph`` whose CLE pairs have the tensor between them equalized (module docstring);
+    ``amax`` gives max |x| per channel (axis 1) of each first conv's output. The pairs' spread
+    figures are those of ``equalize``: the second conv's input-channel weight ranges."""
+    g = clone_graph(graph)
+    changed = []
+    for a, b in cle_pairs(g):
+        y = a.outputs[0].name  # type: ignore[union-attr]
+        ax = np.asarray(amax.get(y, np.zeros(0)), np.float64)
+        wa, wb = _const_input(a, 1), _const_input(b, 1)
+        if wa is None or wb is None or ax.shape != (wa.shape[0],) or not (ax > 0).any():
+            continue
+        pos = ax > 0
+        gm = float(np.exp(np.mean(np.log(ax[pos]))))
+        s = np.where(pos, np.power(np.where(pos, ax, gm) / gm, alpha), 1.0)
+        _set_const(g, a, 1, (wa / s.reshape((-1,) + (1,) * (wa.ndim - 1))).astype(wa.dtype))
+        ba = _const_input(a, 2) if len(a.inputs) > 2 else None
+        if ba is not None:
+            _set_const(g, a, 2, (ba / s).astype(ba.dtype))
+        group = int(b.attrs.get("group", 1))
+        _set_const(g, b, 1, _scale_second(wb, group, s))
+        changed.append(CLEPair(a.name, b.name, int(wa.shape[0]), _spread(_second_ranges(wb, group)),
+                               _spread(_second_ranges(_const_input(b, 1), group))))
+    return g, changed
+
+
+def channel_absmax_axis1(envs: Sequence[Mapping[str, np.ndarray]], names: Sequence[str]) -> dict[str, np.ndarray]:
+    """max |x| over every axis but axis 1 (NCHW channels), over the samples ``envs``, of each tensor named."""
+    out: dict[str, np.ndarray] = {}
+    for name in names:
+        arrs = [np.moveaxis(e[name], 1, -1) for e in envs if name in e and np.ndim(e[name]) >= 2]
+        if arrs:
+            out[name] = channel_absmax([{name: x} for x in arrs], [name])[name]
+    return out
 
 
 def _set_const(g: Graph, node: Node, idx: int, array: np.ndarray) -> None:

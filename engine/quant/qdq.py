@@ -117,7 +117,8 @@ def activation_params(calib: Calibration, tensor: str, dtype: str, config: Quant
     nlevels = qmax - qmin + 1
     method = config.method_overrides.get(tensor, config.method)
     if isinstance(obs, HistogramObserver):
-        lo, hi = obs.range_for(method, min(nlevels, 256) if dtype != "int16" else nlevels, config.percentile)
+        lo, hi = obs.range_for(method, min(nlevels, 256) if dtype != "int16" else nlevels,
+                               config.tensor_percentile(tensor))
     else:
         lo, hi = obs.range(nlevels)
     symmetric = config.symmetric or dtype == "int16"

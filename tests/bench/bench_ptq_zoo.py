@@ -7,6 +7,8 @@ calibration set and a held-out set from another seed (tests/bench/quant_data.py,
 - ours adaround / adaround+bc / bias_correction: the same with ``adaround="on"`` and/or
   ``bias_correction="on"`` (engine/quant/adaround.py, bias_correction.py), what each step
   changed and its figures on the decision and internal held-out calibration samples;
+- ours method_auto / output_ranges / cle: ``--method auto``, ``--output-ranges auto``, ``--cle auto``
+  (engine/quant/autorange.py, outrange.py, equalize.py); ranges: those three and bias correction, auto;
 - ours auto: every PTQ algorithm in ``auto`` mode (kept only where the calibration checks pass);
 - weights alone: the output SQNR with only the weights quantized (activations FP32), nearest
   rounding and AdaRound's, the cap weights put on any activation scheme;
@@ -67,8 +69,11 @@ def _cases(d: Path) -> dict:
 
 VARIANTS = {"minmax": {}, "bias_correction": {"bias_correction": "on"}, "adaround": {"adaround": "on"},
             "adaround+bc": {"adaround": "on", "bias_correction": "on"},
-            "auto": {"method": "auto", "cle": "auto", "smoothquant": "auto", "adaround": "auto",
-                     "bias_correction": "auto"}}
+            "method_auto": {"method": "auto"}, "output_ranges": {"output_ranges": "auto"},
+            "cle": {"cle": "auto"},
+            "ranges": {"method": "auto", "cle": "auto", "output_ranges": "auto", "bias_correction": "auto"},
+            "auto": {"method": "auto", "cle": "auto", "smoothquant": "auto", "output_ranges": "auto",
+                     "adaround": "auto", "bias_correction": "auto"}}
 
 
 def _weights_alone(fp: onnx.ModelProto, qdq: onnx.ModelProto) -> onnx.ModelProto:
@@ -132,6 +137,9 @@ def measure(name: str, path: Path, calib: np.ndarray | Path, held: np.ndarray,
             sys.stdout.write(f"      {st.algorithm} {'applied' if st.applied else 'not applied'}: {what}"
                              f"decision {st.calib_db[0]:.2f} -> {st.calib_db[1]:.2f} dB, "
                              f"internal held-out {held_db} dB, {st.seconds:.1f} s\n")
+            for tr in summ.get("tensors", []) if st.algorithm == "output_ranges" else []:
+                sys.stdout.write(f"        {tr['tensor']}: {tr['noise_share']:.1%} of the output noise (alone "
+                                 f"{tr['alone_sqnr_db']} dB), {tr['from']} -> {tr['to']} {tr['gain_db']:+.2f} dB\n")
         if tag in ("minmax", "adaround"):
             wq = _weights_alone(fp_opt, qdq)
             alone = np.concatenate([_ort_session(wq).run(None, f)[0] for f in feeds])

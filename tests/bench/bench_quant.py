@@ -9,7 +9,7 @@ Run: `python -m tests.bench.bench_quant`. Prints:
    for MinMax / Percentile / Entropy, ours and onnxruntime's;
 5. the PTQ algorithms (engine/quant/ptq.py) on held-out data (tests/bench/quant_data.py): PP-OCRv6
    rec small on text crops and mobilenet_demo on photo crops, plain int8 minmax ("before") and
-   every algorithm in auto mode (--method auto, CLE / SmoothQuant / AdaRound / bias correction
+   every algorithm in auto mode (--method auto, CLE / SmoothQuant / output ranges / AdaRound / bias correction
    where the calibration checks say they help: "after"), each
    with its quantize wall time and what each step bought, beside onnxruntime's quantize_static
    best of MinMax/Percentile/Entropy on the same calibration data.
@@ -237,7 +237,8 @@ def speed_and_memory() -> None:
         pass
 
 
-PTQ_DEFAULT = {"method": "auto", "cle": "auto", "smoothquant": "auto", "adaround": "auto", "bias_correction": "auto"}
+PTQ_DEFAULT = {"method": "auto", "cle": "auto", "smoothquant": "auto", "output_ranges": "auto", "adaround": "auto",
+               "bias_correction": "auto"}
 
 
 def _ptq_case(label: str, path: Path, ort_path: Path, data: CalibrationSet, held: np.ndarray) -> None:

@@ -164,7 +164,7 @@ def test_method_auto_is_never_worse_than_the_best_single_method_on_digits():
     r = quantize(g, data, QuantConfig(method="auto", per_channel=True), analysis_samples=0)
     step = _step(r, "auto_range")
     uniform = step["changed"]["uniform_sqnr_db"]
-    assert set(uniform) == {"minmax", "percentile", "mse"}
+    assert set(uniform) == {"minmax", "percentile", "percentile 99.999", "mse"}
     if step["applied"]:  # kept only when it beat minmax and held on the held-out samples
         assert step["calib_sqnr_db"]["after"] >= max(uniform.values())
         assert step["heldout_sqnr_db"]["after"] >= step["heldout_sqnr_db"]["before"]
@@ -198,3 +198,43 @@ def test_cli_quantize_rejects_an_unknown_algorithm_mode(tmp_path):
     rc, _, err = run_cli(["quantize", str(src), "--calib", str(tmp_path / "c.npz"), "-o", str(tmp_path / "q.onnx"),
                           "--cle", "maybe"])
     assert rc == 2 and err.count("error:") == 1 and not (tmp_path / "q.onnx").exists()
+
+
+def test_cle_weighs_activation_equalization_and_keeps_the_scaling_that_scores_best():
+    # the conv between has channel gains 3 decades apart: the weight-balanced scaling and the
+    # activation equalizations even them differently, and the step keeps whichever scores best
+    c = 8
+    gain = np.logspace(-1.5, 1.5, c)
+    w1 = RNG.normal(size=(c, 3, 1, 1)) * gain[:, None, None, None]
+    w2 = RNG.normal(size=(4, c, 1, 1)) / np.sqrt(gain)[None, :, None, None]
+    m = _model([helper.make_node("Conv", ["x", "w1"], ["a"], name="c1"),
+                helper.make_node("Relu", ["a"], ["r"], name="act"),
+                helper.make_node("Conv", ["r", "w2"], ["y"], name="c2")], {"w1": w1, "w2": w2},
+               [1, 3, 8, 8], [1, 4, 8, 8])
+    g = _optimized(m)
+    data = _images(16, (1, 3, 8, 8))
+    plain = quantize(g, data, QuantConfig(method="minmax", per_channel=True), analysis_samples=8)
+    r = quantize(g, data, QuantConfig(method="minmax", per_channel=True, cle="auto"), analysis_samples=8)
+    step = _step(r, "cle")
+    tried = step["detail"]["decision_sqnr_db"]
+    assert set(tried) == {"weights", "activations 0.5", "activations 1"}
+    assert step["detail"]["scaling"] == max(tried, key=tried.get)
+    assert step["calib_sqnr_db"]["after"] == pytest.approx(max(tried.values()), abs=1e-3)
+    assert step["applied"] and _out_sqnr(r) >= _out_sqnr(plain) + 10
+
+
+def test_bias_correction_weighs_the_weights_own_shift_and_removes_the_dc_error_of_a_1x1_conv():
+    # a 1x1 conv reading a tensor that is mostly its mean (0.5 on 64 channels), with one large
+    # weight per row: the other weights round on a coarse grid, and their errors times the mean
+    # are a per-channel constant shift of the output
+    w = RNG.normal(size=(8, 64, 1, 1)) * 0.05
+    w[:, 0] = 2.0
+    m = _model([helper.make_node("Conv", ["x", "w"], ["y"], name="pw")], {"w": w}, [1, 64, 6, 6], [1, 8, 6, 6])
+    g = _optimized(m)
+    data = CalibrationSet.from_arrays("dc", {"x": (0.5 + 0.05 * RNG.normal(size=(16, 1, 64, 6, 6))).astype(np.float32)})
+    plain = quantize(g, data, QuantConfig(method="minmax", per_channel=True), analysis_samples=8)
+    r = quantize(g, data, QuantConfig(method="minmax", per_channel=True, bias_correction="auto"), analysis_samples=8)
+    step = _step(r, "bias_correction")
+    tried = step["detail"]["decision_sqnr_db"]
+    assert set(tried) == {"op", "weights"} and step["detail"]["shift"] == max(tried, key=tried.get)
+    assert step["applied"] and _out_sqnr(r) >= _out_sqnr(plain) + 3
