@@ -98,14 +98,17 @@ def test_bias_correction_cancels_the_mean_shift_of_rounded_depthwise_weights():
     step = 1.0 / 127
     w = np.full((c, 1, 3, 3), 25.4 * step)
     w[:, 0, 1, 1] = 1.0
-    w *= RNG.uniform(0.5, 2, size=(c, 1, 1, 1))
+    # Its own draws (the module's made the outcome hang on test order). Over seeds 0-7 the gain
+    # is 7-13 dB but for one draw (seed 7: 1.9 dB, the eight rounding errors nearly cancel).
+    rng = np.random.default_rng(0)
+    w *= rng.uniform(0.5, 2, size=(c, 1, 1, 1))
     w1 = np.eye(c, 3).reshape(c, 3, 1, 1) + 0.5
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["a"], name="pw"),
              helper.make_node("Relu", ["a"], ["r"]),
              helper.make_node("Conv", ["r", "w", "b"], ["y"], group=c, pads=[1, 1, 1, 1], name="dw")]
     m = _model(nodes, {"w1": w1, "b1": np.zeros(c), "w": w, "b": np.zeros(c)}, [1, 3, 10, 10], [1, c, 10, 10])
     g = _optimized(m)
-    data = _images(16, (1, 3, 10, 10))
+    data = CalibrationSet.from_arrays("images", {"x": rng.uniform(0, 1, size=(16, 1, 3, 10, 10)).astype(np.float32)})
     off = quantize(g, data, QuantConfig(method="minmax", per_channel=True), analysis_samples=8)
     on = quantize(g, data, QuantConfig(method="minmax", per_channel=True, bias_correction="auto"), analysis_samples=8)
     bc = _step(on, "bias_correction")
@@ -148,8 +151,9 @@ def test_an_algorithm_that_does_not_help_is_measured_and_not_applied():
     data = _images(8, (1, 3, 8, 8))
     r = quantize(g, data, QuantConfig(method="minmax", per_channel=True, cle="auto"), analysis_samples=4)
     step = _step(r, "cle")
-    if not step["applied"]:
-        assert step["calib_sqnr_db"]["gain"] < 0.05
+    if not step["applied"]:  # auto refuses a step that buys under 0.05 dB or loses on held-out samples
+        held = step.get("heldout_sqnr_db") or {}
+        assert step["calib_sqnr_db"]["gain"] < 0.05 or held.get("gain", 0.0) < 0, step
     forced = quantize(g, data, QuantConfig(method="minmax", per_channel=True, cle="on"), analysis_samples=4)
     assert _step(forced, "cle")["applied"]
 
