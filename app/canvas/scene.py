@@ -335,6 +335,17 @@ class GraphScene(OnDemandItems, QGraphicsScene):
             self._bounds = QRectF(x0, y0, x1 - x0, y1 - y0) if x1 >= x0 else QRectF()
         return QRectF(self._bounds)
 
+    def band_extent(self, top: float, bottom: float) -> tuple[float, float] | None:
+        """(left, right) of the node and IO items that start between scene y ``top`` and
+        ``bottom`` (the nodes a view of that band shows), or None when it has none."""
+        x0, x1 = float("inf"), float("-inf")
+        for group in (self.node_items, self.input_items, self.output_items):
+            for it in group.values():  # type: ignore[attr-defined]
+                p = it.pos()
+                if top <= p.y() <= bottom:
+                    x0, x1 = min(x0, p.x()), max(x1, p.x() + it.width)
+        return (x0, x1) if x1 >= x0 else None
+
     def _add_graph_item(self, item: QGraphicsItem) -> None:
         # Top-level items, so the scene's index culls them: under a common parent item every
         # frame would ask each of them for its bounding rectangle (a call into Python per item).
