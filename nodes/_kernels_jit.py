@@ -376,6 +376,13 @@ def exp_block(v, e, k, m):  # pragma: no cover - compiled
         k[i] = np.int32((nf + _BIAS) * _MANT)
 
 
+@njit(cache=True, nogil=True)
+def _exp_scratch():  # pragma: no cover - compiled
+    # one block's buffers for exp_block: the input copy, -x, the mantissa part, the exponent bits
+    return (np.empty(EXP_BLOCK, np.float32), np.empty(EXP_BLOCK, np.float32), np.empty(EXP_BLOCK, np.float32),
+            np.empty(EXP_BLOCK, np.int32))
+
+
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=_FAST)
 def logistic_flat(x, out, silu):  # pragma: no cover - compiled
     # out = 1 / (1 + exp(-x)) (silu: x / (1 + exp(-x))) for float32 x, block by block. Below
@@ -384,10 +391,7 @@ def logistic_flat(x, out, silu):  # pragma: no cover - compiled
     # NaN stays NaN. x is copied into the block (xs) so that an in-place call (out is x) still
     # passes the vectorized loops' runtime overlap checks.
     n = x.size
-    xs = np.empty(EXP_BLOCK, np.float32)
-    v = np.empty(EXP_BLOCK, np.float32)
-    e = np.empty(EXP_BLOCK, np.float32)
-    k = np.empty(EXP_BLOCK, np.int32)
+    xs, v, e, k = _exp_scratch()
     scale = k.view(np.float32)
     for b0 in range(0, n, EXP_BLOCK):
         m = min(EXP_BLOCK, n - b0)
@@ -417,11 +421,8 @@ def gelu_flat(x, out):  # pragma: no cover - compiled
     # (_ERFC_R), then 1 + erf is c for negative x (no cancellation) and 2 - c otherwise. NaN
     # stays NaN; an overlapping out is handled as in logistic_flat.
     n = x.size
-    xs = np.empty(EXP_BLOCK, np.float32)
+    xs, v, e, k = _exp_scratch()
     ts = np.empty(EXP_BLOCK, np.float32)
-    v = np.empty(EXP_BLOCK, np.float32)
-    e = np.empty(EXP_BLOCK, np.float32)
-    k = np.empty(EXP_BLOCK, np.int32)
     scale = k.view(np.float32)
     r0, r1, r2, r3, r4, r5, r6, r7, r8, r9 = _ERFC_R
     for b0 in range(0, n, EXP_BLOCK):

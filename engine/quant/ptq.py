@@ -267,17 +267,14 @@ def _cle_step(p: _Pipeline, steps: list[PTQStep], cur):
     candidates = {"weights": equalize(p.graph)}
     for alpha in EQUALIZE_ALPHAS:
         candidates[f"activations {alpha:g}"] = equalize_activations(p.graph, amax, alpha)
-    tried, best = {}, None
-    for label, (g, pairs) in candidates.items():
+    def scaled(label: str, cand: tuple) -> tuple | None:
+        g, pairs = cand
         if not pairs:
-            continue
+            return None
         cal = p.calibrate(g)
-        dec = p.score(g, g, cal, p.provisional)
-        tried[label] = round(dec, 3)
-        if best is None or dec > best[0]:
-            best = (dec, label, g, cal, pairs)
-    assert best is not None
-    dec, label, g, cal, pairs = best
+        return p.score(g, g, cal, p.provisional), label, g, cal, pairs
+
+    (dec, label, g, cal, pairs), tried = _best_candidate(candidates.items(), scaled)
     new = (dec, p.score(g, g, cal, p.provisional, held=True) if p.heldout else None)
     kept = p.keep(p.config.cle, cur, new)
     calib_db, held = p.pair(cur, new)
@@ -287,6 +284,22 @@ def _cle_step(p: _Pipeline, steps: list[PTQStep], cur):
         p.graph, p.calib = g, cal
         return new
     return cur
+
+
+def _best_candidate(candidates, evaluate) -> tuple[tuple, dict]:
+    """(the best evaluation, decision SQNR by label) over (label, candidate) pairs: ``evaluate``
+    returns (decision SQNR, ...) or None for a candidate that does not apply."""
+    tried: dict = {}
+    best: tuple | None = None
+    for label, cand in candidates:
+        r = evaluate(label, cand)
+        if r is None:
+            continue
+        tried[label] = round(r[0], 3)
+        if best is None or r[0] > best[0]:
+            best = r
+    assert best is not None
+    return best, tried
 
 
 def _smooth_step(p: _Pipeline, steps: list[PTQStep], cur):
@@ -302,17 +315,12 @@ def _smooth_step(p: _Pipeline, steps: list[PTQStep], cur):
     amax = channel_absmax(_fp_values(p.graph, p.decide[:VALUE_SAMPLES]), outs)
     scales = {a: smooth_scales(p.graph, amax, a) for a in SMOOTH_ALPHAS}
     stats = _observe_scaled(p, scales)
-    best = None
-    tried = {}
-    for alpha in SMOOTH_ALPHAS:
+    def smoothed(alpha: float, _cand: None) -> tuple:
         g, pairs = smooth(p.graph, scales[alpha], alpha, amax)
         cal = Calibration({**p.calib.stats, **stats[alpha]}, p.calib.samples, p.calib.source, True)
-        dec = p.score(g, g, cal, p.provisional)
-        tried[alpha] = round(dec, 3)
-        if best is None or dec > best[0]:
-            best = (dec, g, cal, pairs, alpha)
-    assert best is not None
-    dec, g, cal, pairs, alpha = best
+        return p.score(g, g, cal, p.provisional), g, cal, pairs, alpha
+
+    (dec, g, cal, pairs, alpha), tried = _best_candidate(((a, None) for a in SMOOTH_ALPHAS), smoothed)
     score = (dec, p.score(g, g, cal, p.provisional, held=True) if p.heldout else None)
     kept = p.keep(p.config.smoothquant, cur, score)
     calib_db, held = p.pair(cur, score)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import sys
-import time
 
 import numpy as np
 import onnxruntime as ort
@@ -23,19 +22,14 @@ from onnx import TensorProto, helper
 from nodes import _kernels_jit
 from nodes.activation import sigmoid_chain
 from nodes.kernels import ERF_FAR, ERF_NEAR, gelu32_, logistic32_, silu32_
-from tests.bench._common import one_blas_thread
+from tests.bench._common import best_time, one_blas_thread
 
 SIZES = ((16, 160, 160), (64, 80, 80), (256, 20, 20))
 
 
 def _best(fn, repeat: int = 15) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+    fn()  # compiled and warm before the timed runs
+    return best_time(fn, repeat)
 
 
 def _np_sigmoid(x: np.ndarray) -> np.ndarray:
