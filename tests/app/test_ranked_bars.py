@@ -23,6 +23,14 @@ def _rows(two: bool = False) -> list[BarRow]:
             for i, d in enumerate(devices)]
 
 
+def _chart(qtbot) -> RankedBarsChart:
+    chart = RankedBarsChart("µs")
+    qtbot.addWidget(chart)
+    chart.resize(700, 420)
+    chart.show()
+    return chart
+
+
 def _drawn_names(chart: RankedBarsChart) -> dict[float, str]:
     """Row position -> the name the axis draws there (pyqtgraph drops labels it cannot fit)."""
     axis = chart.plot.getPlotItem().getAxis("left")
@@ -52,10 +60,7 @@ def _bar_colours(chart: RankedBarsChart) -> dict[float, set[int]]:
 
 @pytest.mark.parametrize("two", [False, True], ids=["latency", "accumulated-and-isolated"])
 def test_every_bar_keeps_its_ops_device_colour(qtbot, two):
-    chart = RankedBarsChart("µs")
-    qtbot.addWidget(chart)
-    chart.resize(700, 420)
-    chart.show()
+    chart = _chart(qtbot)
     rows = _rows(two)
     chart.set_rows(rows)
     drawn = _bar_colours(chart)
@@ -72,10 +77,7 @@ LONG = ["jax2tf_get_logits_/MagikaV2/Conv_0/Conv2D", "jax2tf_get_logits_/pjit__o
 
 @pytest.mark.parametrize("long_names", [False, True], ids=["short-names", "magika-names"])
 def test_axis_names_every_row_in_view_wherever_the_chart_is_scrolled(qtbot, long_names):
-    chart = RankedBarsChart("µs")
-    qtbot.addWidget(chart)
-    chart.resize(700, 420)
-    chart.show()
+    chart = _chart(qtbot)
     rows = _rows()
     if long_names:
         for i, r in enumerate(rows):
