@@ -108,15 +108,12 @@ class GraphView(QGraphicsView):
             self.set_zoom(min_scale, rect.center())
             vis = self.visible_scene_rect()
             top = rect.top() - top_margin / min_scale
-            x = rect.center().x()
-            if rect.width() > vis.width():
-                # Centre the nodes this view of the top shows, not the graph's whole width: a
-                # detector's wide head at the bottom put its narrow backbone at the right edge,
-                # cut off (nudenet's first look).
-                band = sc.band_extent(top, top + vis.height())
-                x = (band[0] + band[1]) / 2 if band is not None else rect.left() + vis.width() / 2
-                if band is not None and band[1] - band[0] > vis.width():
-                    x = band[0] + vis.width() / 2 - 30
+            # Centre the nodes this view of the top shows, not the graph's whole width: a
+            # detector's wide head at the bottom put its narrow backbone at the right edge, cut
+            # off (nudenet's first look); a band wider than the view shows its left end.
+            left, right = (rect.left(), rect.right()) if rect.width() <= vis.width() else \
+                (sc.band_extent(top, top + vis.height()) or (rect.left(), rect.right()))
+            x = (left + right) / 2 if right - left <= vis.width() else left + vis.width() / 2 - 30
             self.centerOn(QPointF(x, top + vis.height() / 2))
             self.view_changed.emit()
             return

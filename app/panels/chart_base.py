@@ -257,14 +257,14 @@ class RankedBarsChart(QWidget):
         if span == self._tick_span:
             return
         self._tick_span = span
-        pi.getAxis("left").setTicks([[(float(i), self.axis_name(self.rows[i].name)) for i in range(*span)]])
-
-    def axis_name(self, name: str) -> str:
-        """``name`` as the axis shows it: shortened (short_name), then elided on the left to the
-        axis's width. pyqtgraph silently drops a tick label that does not fit its axis: 9 of
-        magika's 14 rows in view had no name, the slowest among them."""
-        room = self.plot.getPlotItem().getAxis("left").width() - AXIS_TEXT_MARGIN
-        return QFontMetricsF(label_font()).elidedText(short_name(name, 80), Qt.TextElideMode.ElideLeft, room)
+        # Each name shortened (short_name), then elided on the left to the axis's width: pyqtgraph
+        # silently drops a tick label that does not fit its axis (9 of magika's 14 rows in view
+        # had no name, the slowest among them).
+        fm = QFontMetricsF(label_font())
+        room = pi.getAxis("left").width() - AXIS_TEXT_MARGIN
+        pi.getAxis("left").setTicks([[(float(i), fm.elidedText(short_name(self.rows[i].name, 80),
+                                                                Qt.TextElideMode.ElideLeft, room))
+                                      for i in range(*span)]])
 
     def _fit_x(self, *_args) -> None:
         """Leave room right of every bar for its own label, whatever the chart's width (the
