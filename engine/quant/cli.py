@@ -144,7 +144,7 @@ def cmd_quantize(args: argparse.Namespace, out: Out) -> int:
     if searching:  # the check samples stay out of the ranges: the figure the search gives is held out
         from engine.quant.search import SearchOptions, held_out_split, subset
 
-        rest, check_idx = held_out_split(len(data), SearchOptions.check_samples)
+        rest, check_idx = held_out_split(len(data), SearchOptions.check_samples, data.groups)
         calib_data = subset(data, rest)
     # a search measures hundreds of small runs on one BLAS thread: two OpenBLAS threads spin against
     # each other and every other process (at load 20 each PP-OCRv6 rec run took 4.6x the wall time)
