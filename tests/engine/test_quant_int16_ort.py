@@ -63,3 +63,46 @@ def test_an_int16_raised_conv_runs_in_onnxruntime_default_session_as_we_simulate
         sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
         theirs = np.concatenate([sess.run(None, {"x": x})[0] for x in xs[8:]])
         assert _sqnr(theirs, ours) >= 40, f"{raise_}, onnxruntime {level}: {_sqnr(theirs, ours):.1f} dB vs ours"
+
+
+def test_a_layer_kept_float_between_int8_layers_is_one_warning_naming_it_and_the_session_that_runs_it():
+    """conv1 in fp32 (the CPU) between int8 Convs reads a dequantized input and feeds a quantized
+    output: onnxruntime's default session quantizes its float weights to int8 per tensor (no
+    standard form keeps them float there), so the result says so in one warning naming conv1 and
+    the session option that runs the model as written, and the report records it."""
+    import json
+
+    from engine.quant.ort_rewrites import CODE
+
+    rng = np.random.default_rng(0)
+    inits, nodes, prev = [], [], "x"
+    for i, (ci, co) in enumerate(((3, 8), (8, 8), (8, 4))):
+        inits += [numpy_helper.from_array(rng.normal(0, 0.3, (co, ci, 3, 3)).astype(np.float32), f"w{i}"),
+                  numpy_helper.from_array(rng.normal(0, 1, co).astype(np.float32), f"b{i}")]
+        nodes.append(helper.make_node("Conv", [prev, f"w{i}", f"b{i}"], [f"c{i}" if i < 2 else "y"],
+                                      pads=[1, 1, 1, 1], name=f"conv{i}"))
+        if i < 2:
+            nodes.append(helper.make_node("Relu", [f"c{i}"], [f"r{i}"], name=f"relu{i}"))
+        prev = f"r{i}"
+    g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], inits)
+    xs = rng.normal(0, 1, (12, 1, 3, 8, 8)).astype(np.float32)
+    # 7-bit weights: this CPU's u8*s8 kernels saturate pair sums of 8-bit ones (test_quant_e2e)
+    r = quantize(engine.load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])),
+                 CalibrationSet.from_arrays("t", {"x": xs[:8]}),
+                 QuantConfig(per_channel=True, reduce_range=True, precision={"conv1": "fp32"}), analysis_samples=0)
+    warnings = [d for d in r.diagnostics if d.code == CODE]
+    assert len(warnings) == 1 and "conv1" in warnings[0].message and "conv0" not in warnings[0].message
+    assert "disabled_optimizers=['WeightBiasQuantization']" in warnings[0].message
+    assert CODE in json.dumps(r.report()["diagnostics"])
+    model = to_onnx(r.graph).SerializeToString()
+    ours = np.concatenate([engine.execute(r.graph, {"x": x})["y"] for x in xs[8:]])
+
+    def theirs(disabled):
+        so = ort.SessionOptions()
+        so.log_severity_level, so.intra_op_num_threads = 3, 1
+        sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"], disabled_optimizers=disabled)
+        return np.concatenate([sess.run(None, {"x": x})[0] for x in xs[8:]])
+
+    assert _sqnr(theirs([]), ours) < 60  # the default session changes the model (41 dB measured)
+    assert _sqnr(theirs(["WeightBiasQuantization"]), ours) >= 100  # the session the warning names runs it as written
