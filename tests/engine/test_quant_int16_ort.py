@@ -11,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import engine
 from engine.ir.onnx_io import to_onnx
+from engine.quant.analysis import ErrorStats
 from engine.quant.api import quantize
 from engine.quant.config import QuantConfig
 from engine.quant.data import CalibrationSet
@@ -34,8 +35,9 @@ def _two_convs() -> onnx.ModelProto:
 
 
 def _sqnr(ref: np.ndarray, got: np.ndarray) -> float:
-    err = float(((ref.astype(np.float64) - got) ** 2).sum())
-    return 200.0 if err == 0 else 10 * np.log10(float((ref.astype(np.float64) ** 2).sum()) / err)
+    stats = ErrorStats()
+    stats.update(ref, got)
+    return stats.sqnr_db
 
 
 @pytest.mark.parametrize("raise_", ["conv1", "all"])
