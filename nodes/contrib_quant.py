@@ -21,6 +21,7 @@ import numpy as np
 from nodes._util import broadcast_shapes
 from nodes.matmul import matmul_shape
 from nodes.pooling import AveragePoolSpec
+from nodes.quant_kernels import SMALL_M, qgemm_float
 from nodes.quant_ops import (
     DequantizeLinearSpec,
     IntOperand,
@@ -466,12 +467,20 @@ class MatMulIntegerToFloatSpec(_IntToFloatSpec):
         return self._finish(a, _row_param(a_zp, a.ndim), b, b_zp, scale, bias)
 
 
-def _qgemm_float(x: np.ndarray, wq: IntOperand, w_s: np.ndarray) -> np.ndarray:
+def _qgemm_float(x: np.ndarray, wq: IntOperand, w_s: np.ndarray, add: np.ndarray | None = None) -> np.ndarray:
     """x (float, M x K) @ wq (centered int8, K x N) the way onnxruntime's quantized RNN GEMM
-    computes it: x quantized to uint8 from its own range, exact integer product, * x_scale * w_scale."""
+    computes it: x quantized to uint8 from its own range, exact integer product, * x_scale *
+    w_scale (+ ``add``, e.g. the step's input projection). The compiled kernel where it applies
+    (same numbers), else numpy."""
+    bt = wq.narrow_t() if x.ndim == 2 and x.shape[0] <= SMALL_M else None
+    if bt is not None:
+        y = qgemm_float(x, bt, wq.bmax, w_s, add)
+        if y is not None:
+            return y
     qx, sx, zx = dynamic_quantize_u8(x)
     acc = int_matmul(_centered(qx, np.asarray(zx)), wq)
-    return acc.astype(np.float32) * (np.float32(sx) * w_s)
+    y = acc.astype(np.float32) * (np.float32(sx) * w_s)
+    return y if add is None else add + y
 
 
 def _dir_param(p: np.ndarray | None, d: int, n: int) -> np.ndarray:
@@ -491,6 +500,7 @@ class DynamicQuantizeLSTMSpec(LSTMSpec):
     uint8 quantization of X and of the hidden state at every step."""
 
     family = "contrib"
+    integer_weights = True
     doc = ("LSTM (gates i, o, f, c) with int8 weights W (dirs, input, 4H), R (dirs, H, 4H) and their "
            "scales/zero points; each GEMM quantizes its float operand to uint8 from its range.")
     inputs = (Port("X"), Port("W"), Port("R"), Port("B", optional=True), Port("sequence_lens", optional=True),
@@ -540,8 +550,8 @@ class DynamicQuantizeLSTMSpec(LSTMSpec):
                 from nodes.recurrent import lstm_cell
 
                 hp, cp = state
-                ht, ct = lstm_cell(xt + _qgemm_float(hp, rq, rs), cp, pd, hid, f, g, h, clipf, coupled)
-                return ht.astype(np.float32), ct.astype(np.float32)
+                ht, ct = lstm_cell(_qgemm_float(hp, rq, rs, xt), cp, pd, hid, f, g, h, clipf, coupled)
+                return ht.astype(np.float32, copy=False), ct.astype(np.float32, copy=False)
 
             return xw, step
 

@@ -325,6 +325,15 @@ class IntOperand:
             f = self._float[dt] = self.b.astype(dt)
         return f
 
+    def narrow_t(self) -> np.ndarray | None:
+        """A 2-D operand (K, N) as contiguous (N, K) int8 or int16 for the compiled integer
+        products (kept; None when it is not 2-D or needs more than 16 bits)."""
+        if not hasattr(self, "_narrow"):
+            from nodes.quant_kernels import narrow_transposed
+
+            self._narrow = narrow_transposed(self.b)
+        return self._narrow
+
 
 MIN_EXACT_CHUNK = 64
 """Shortest stretch of the summed axis worth a float32 product of its own: below it one

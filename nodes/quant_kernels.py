@@ -1,0 +1,96 @@
+"""Compiled (numba) kernels of dynamic uint8 quantization and small exact integer products.
+
+numpy spends DynamicQuantizeLinear in five passes (min, max, divide, round, clip) and a
+quantized recurrent step in a dozen small calls around a float32 matrix-vector product whose
+weight (4 bytes an element) streams from L3 every step. These kernels do the same arithmetic
+in one pass each, and the integer product from an int8/int16 copy of the weight (1-2 bytes an
+element) with exact int32 sums (LLVM's vpmaddwd), so every result equals the numpy code's bit
+for bit:
+
+- ``dynamic_quantize``: range, scale, zero point and the quantized tensor of ONNX's
+  DynamicQuantizeLinear (scale 0 on a range of 0) or of onnxruntime's dynamic GEMMs (scale 1).
+- ``qgemm_float``: x (float32, M x K) quantized to uint8 from its own range, times a centered
+  integer weight, * x_scale * w_scale (+ an addend): onnxruntime's quantized LSTM GEMM.
+
+A NaN or infinite input takes the numpy path (its min/max semantics), as does a product whose
+int32 sums could overflow.
+
+The loops are in nodes/_quant_jit.py, imported on the first call.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_I32_SAFE = 2**31 - 1
+
+SMALL_M = 4
+"""Rows of x up to which ``qgemm_float`` (a dot product per output) beats float BLAS on exact
+float32 operands: a recurrent step's 1 x 512 @ 512 x 2048 runs in 1/4 of the float32 GEMV's
+time (its weight is 1 byte an element, not 4); at 32 rows BLAS's blocking wins."""
+
+
+def _jit():
+    """The compiled loops (nodes/_quant_jit.py); numba is imported on the first call."""
+    from nodes import _quant_jit
+
+    return _quant_jit
+
+
+def data_range(x: np.ndarray) -> tuple[float, float] | None:
+    """(min(0, min x), max(0, max x)) of float32 ``x`` in one pass; None for NaN/inf or empty."""
+    flat = np.ascontiguousarray(x).reshape(-1)
+    if not flat.size:
+        return None
+    lo, hi, nan = _jit().range_f32(flat)
+    if nan or not (np.isfinite(lo) and np.isfinite(hi)):
+        return None
+    return min(0.0, float(lo)), max(0.0, float(hi))
+
+
+def dynamic_quantize(x: np.ndarray, zero_range_scale: float) -> tuple[np.ndarray, np.float32, np.uint8] | None:
+    """uint8 y, scale and zero point of float32 ``x`` from its own range in two passes (range,
+    then quantize); None when ``x`` holds NaN/inf or nothing (the caller's numpy path applies).
+    A zero scale (ONNX's range of 0) gives zeros."""
+    r = data_range(x)
+    if r is None:
+        return None
+    scale, zp = _jit().u8_params(np.float32(r[0]), np.float32(r[1]), np.float32(zero_range_scale))
+    if scale == 0:
+        return np.zeros(x.shape, np.uint8), scale, np.uint8(0)
+    out = np.empty(x.shape, np.uint8)
+    _jit().quantize_u8(np.ascontiguousarray(x).reshape(-1), scale, zp, out.reshape(-1))
+    return out, scale, np.uint8(zp)
+
+
+def narrow_transposed(b: np.ndarray) -> np.ndarray | None:
+    """A centered integer (K, N) weight as contiguous (N, K) int8, else int16 (None: wider)."""
+    if b.ndim != 2 or not b.size:
+        return None
+    lo, hi = int(b.min()), int(b.max())
+    if lo >= -128 and hi <= 127:
+        return np.ascontiguousarray(b.T.astype(np.int8))
+    if lo >= -32768 and hi <= 32767:
+        return np.ascontiguousarray(b.T.astype(np.int16))
+    return None
+
+
+def qgemm_float(x: np.ndarray, bt: np.ndarray, bmax: int, mult_w: np.ndarray,
+                add: np.ndarray | None = None) -> np.ndarray | None:
+    """add + float32((quant_u8(x) - zp) @ B) * (x_scale * mult_w) for float32 x (M, K) and the
+    centered weight B given as ``bt`` (N, K) int8/int16 of largest magnitude ``bmax``; x is
+    quantized from its own range with scale 1 on a range of 0 (onnxruntime's dynamic GEMM).
+    None when the numpy path must run (NaN/inf in x, or int32 sums that could overflow)."""
+    m, k = x.shape
+    if k * 255 * max(bmax, 1) > _I32_SAFE:
+        return None
+    n = bt.shape[0]
+    xf = np.ascontiguousarray(x, np.float32)
+    mult = np.asarray(mult_w, np.float32).reshape(-1)
+    addend = _NO_ADD if add is None else np.ascontiguousarray(add, np.float32).reshape(m, n)
+    out = np.empty((m, n), np.float32)
+    ok = _jit().qgemm_u8(xf, bt, mult, addend, np.empty((m, k), np.int16), np.empty((m, n), np.int32), out)
+    return out if ok else None
+
+
+_NO_ADD = np.empty((0, 0), np.float32)

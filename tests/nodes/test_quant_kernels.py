@@ -1,0 +1,78 @@
+"""The compiled quantization kernels (nodes/quant_kernels.py) give the numpy paths' numbers bit
+for bit: dynamic uint8 quantization and the quantized recurrent GEMM, over weights that fit int8
+and ones that need int16, per-column scales, a constant (zero-range) input, and NaN/inf inputs,
+which must take the numpy path."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nodes.contrib_quant import dynamic_quantize_u8
+from nodes.quant_kernels import dynamic_quantize, narrow_transposed, qgemm_float
+from nodes.quant_ops import IntOperand, _centered, int_matmul
+
+_RNG = np.random.default_rng(7)
+
+
+def _numpy_qgemm(x, b, mult_w, add):
+    qx, sx, zx = dynamic_quantize_u8(x)
+    acc = int_matmul(_centered(qx, np.asarray(zx)), IntOperand(b))
+    y = acc.astype(np.float32) * (np.float32(sx) * mult_w)
+    return y if add is None else add + y
+
+
+def _bits_equal(a, b):
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize("zp", [0, -37])  # zp 0: int8 weight copy; -37: centered values need int16
+@pytest.mark.parametrize("per_column", [False, True])
+@pytest.mark.parametrize("rows", [1, 3])
+def test_quantized_gemm_kernel_equals_numpy_bit_for_bit(zp, per_column, rows):
+    k, n = 96, 40
+    w8 = _RNG.integers(-128, 128, (k, n)).astype(np.int8)
+    b = _centered(w8, np.int32(zp))
+    bt = narrow_transposed(b)
+    assert bt.dtype == (np.int8 if zp == 0 else np.int16)
+    mult_w = (_RNG.uniform(0.001, 0.02, n) if per_column else np.array(0.013)).astype(np.float32)
+    x = (_RNG.standard_normal((rows, k)) * 3).astype(np.float32)
+    add = _RNG.standard_normal((rows, n)).astype(np.float32)
+    for addend in (None, add):
+        ours = qgemm_float(x, bt, int(np.abs(b).max()), mult_w, addend)
+        assert _bits_equal(ours, _numpy_qgemm(x, b, mult_w, addend))
+
+
+def test_quantized_gemm_kernel_of_a_constant_input_uses_scale_one():
+    b = _RNG.integers(-100, 100, (16, 8)).astype(np.int32)
+    x = np.zeros((1, 16), np.float32)
+    ours = qgemm_float(x, narrow_transposed(b), 100, np.array(0.5, np.float32))
+    assert _bits_equal(ours, _numpy_qgemm(x, b, np.array(0.5, np.float32), None))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_quantized_gemm_kernel_leaves_nan_and_inf_to_numpy(bad):
+    b = _RNG.integers(-100, 100, (16, 8)).astype(np.int32)
+    x = _RNG.standard_normal((1, 16)).astype(np.float32)
+    x[0, 3] = bad
+    assert qgemm_float(x, narrow_transposed(b), 100, np.array(0.5, np.float32)) is None
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 50, 7), (1000,)])
+def test_dynamic_quantize_kernel_equals_numpy_bit_for_bit(shape):
+    for x in (_RNG.standard_normal(shape).astype(np.float32) * 5,
+              np.abs(_RNG.standard_normal(shape)).astype(np.float32),  # lo = 0: zero point 0
+              -np.abs(_RNG.standard_normal(shape)).astype(np.float32)):  # hi = 0: zero point 255
+        q, s, z = dynamic_quantize(x, 1.0)
+        rq, rs, rz = dynamic_quantize_u8(x)
+        assert _bits_equal(q, rq) and np.float32(s) == rs and np.uint8(z) == rz
+
+
+def test_dynamic_quantize_kernel_of_zero_range_follows_the_given_scale():
+    x = np.zeros((4, 4), np.float32)
+    q, s, z = dynamic_quantize(x, 0.0)  # ONNX DynamicQuantizeLinear: scale 0, all zeros
+    assert s == 0 and z == 0 and not q.any()
+    q, s, z = dynamic_quantize(x, 1.0)  # onnxruntime's dynamic GEMMs: scale 1
+    assert s == 1 and z == 0 and not q.any()
+    x[1, 1] = np.nan
+    assert dynamic_quantize(x, 1.0) is None
