@@ -76,3 +76,15 @@ def test_dynamic_quantize_kernel_of_zero_range_follows_the_given_scale():
     assert s == 1 and z == 0 and not q.any()
     x[1, 1] = np.nan
     assert dynamic_quantize(x, 1.0) is None
+
+
+def test_integer_matmul_stays_exact_on_both_sides_of_float32s_exact_range():
+    # sums just above 2**24 (odd, so float32 would round them) and a long K whose sums stay below
+    a = np.array([[4097, 4097], [1, -1]], np.int32)
+    b = np.array([[4097, 3], [4095, -5]], np.int32)
+    np.testing.assert_array_equal(int_matmul(a, b), a.astype(np.int64) @ b.astype(np.int64))
+    a = _RNG.integers(-128, 128, (8, 1024)).astype(np.int32)
+    a[:, 64:] = 0  # K * max|a| * max|b| = 1.7e7 says chunk; the sums' bound (2e6) says float32
+    b = _RNG.integers(-128, 128, (1024, 16)).astype(np.int32)
+    b[0, 0] = 128
+    np.testing.assert_array_equal(int_matmul(a, b), a.astype(np.int64) @ b.astype(np.int64))
