@@ -56,6 +56,7 @@ def dynamic_quantize(x: np.ndarray, zero_range_scale: float) -> tuple[np.ndarray
     if r is None:
         return None
     scale, zp = _jit().u8_params(np.float32(r[0]), np.float32(r[1]), np.float32(zero_range_scale))
+    scale, zp = np.float32(scale), np.float32(zp)  # numba returns them as Python floats (exact)
     if scale == 0:
         return np.zeros(x.shape, np.uint8), scale, np.uint8(0)
     out = np.empty(x.shape, np.uint8)

@@ -20,6 +20,7 @@ import numpy as np
 from nodes._util import norm_axis
 from nodes.conv import conv_gemm, conv_geometry, conv_macs, conv_nd, conv_out_shape
 from nodes.matmul import matmul, matmul_gemm, matmul_shape
+from nodes.quant_kernels import dynamic_quantize
 from nodes.registry import register
 from nodes.spec import AttrSpec, Gemm, NodeContext, OpError, OpSpec, Port, RunContext, Work
 from nodes.types import TensorType, np_dtype
@@ -277,8 +278,13 @@ class DynamicQuantizeLinearSpec(OpSpec):
                 TensorType(np.dtype(np.uint8), ())]
 
     def reference(self, ctx: RunContext, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """float32 arithmetic with round half to even, as the ONNX function body specifies."""
+        """float32 arithmetic with round half to even, as the ONNX function body specifies (one
+        compiled pass for the range and one for the quantization; NaN/inf: numpy)."""
         xf = x.astype(np.float32, copy=False)
+        fast = dynamic_quantize(xf, 0.0)
+        if fast is not None:
+            y, scale, zp = fast
+            return y, np.asarray(scale), np.asarray(zp)
         lo = np.float32(min(0.0, float(xf.min()))) if xf.size else np.float32(0)
         hi = np.float32(max(0.0, float(xf.max()))) if xf.size else np.float32(0)
         scale = np.float32((hi - lo) / np.float32(255))
