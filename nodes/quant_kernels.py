@@ -76,22 +76,42 @@ def narrow_transposed(b: np.ndarray) -> np.ndarray | None:
     return None
 
 
-def qgemm_float(x: np.ndarray, bt: np.ndarray, bmax: int, mult_w: np.ndarray,
-                add: np.ndarray | None = None) -> np.ndarray | None:
-    """add + float32((quant_u8(x) - zp) @ B) * (x_scale * mult_w) for float32 x (M, K) and the
+class QuantizedGemm:
+    """add + float32((quant_u8(x) - zp) @ B) * (x_scale * mult_w) for float32 x (M, K), with the
     centered weight B given as ``bt`` (N, K) int8/int16 of largest magnitude ``bmax``; x is
     quantized from its own range with scale 1 on a range of 0 (onnxruntime's dynamic GEMM).
-    None when the numpy path must run (NaN/inf in x, or int32 sums that could overflow)."""
-    m, k = x.shape
-    if k * 255 * max(bmax, 1) > _I32_SAFE:
-        return None
-    n = bt.shape[0]
-    xf = np.ascontiguousarray(x, np.float32)
-    mult = np.asarray(mult_w, np.float32).reshape(-1)
-    addend = _NO_ADD if add is None else np.ascontiguousarray(add, np.float32).reshape(m, n)
-    out = np.empty((m, n), np.float32)
-    ok = _jit().qgemm_u8(xf, bt, mult, addend, np.empty((m, k), np.int16), np.empty((m, n), np.int32), out)
-    return out if ok else None
+    Prepared once for many products (a recurrent step's): the multiplier and the integer work
+    buffers are kept. A call returns None when the numpy path must run (NaN/inf in x); ``usable``
+    is False when int32 sums could overflow."""
+
+    def __init__(self, bt: np.ndarray, bmax: int, mult_w: np.ndarray) -> None:
+        self.bt = bt
+        self.usable = bt.shape[1] * 255 * max(bmax, 1) <= _I32_SAFE
+        self.mult = np.ascontiguousarray(np.asarray(mult_w, np.float32).reshape(-1))
+        self._work: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def __call__(self, x: np.ndarray, add: np.ndarray | None = None) -> np.ndarray | None:
+        """The product of ``x`` (+ ``add``, shaped like the result), or None (see the class)."""
+        m, k = x.shape
+        n = self.bt.shape[0]
+        work = self._work.get(m)
+        if work is None:
+            work = self._work[m] = (np.empty((m, k), np.int16), np.empty((m, n), np.int32))
+        if x.dtype != np.float32 or not x.flags.c_contiguous:
+            x = np.ascontiguousarray(x, np.float32)
+        if add is None:
+            add = _NO_ADD
+        elif add.dtype != np.float32 or not add.flags.c_contiguous or add.shape != (m, n):
+            add = np.ascontiguousarray(add, np.float32).reshape(m, n)
+        out = np.empty((m, n), np.float32)
+        return out if _jit().qgemm_u8(x, self.bt, self.mult, add, work[0], work[1], out) else None
+
+
+def qgemm_float(x: np.ndarray, bt: np.ndarray, bmax: int, mult_w: np.ndarray,
+                add: np.ndarray | None = None) -> np.ndarray | None:
+    """One product of ``QuantizedGemm(bt, bmax, mult_w)``; None where the numpy path must run."""
+    g = QuantizedGemm(bt, bmax, mult_w)
+    return g(x, add) if g.usable else None
 
 
 _NO_ADD = np.empty((0, 0), np.float32)
