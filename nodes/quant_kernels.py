@@ -7,8 +7,9 @@ in one pass each, and the integer product from an int8/int16 copy of the weight 
 element) with exact int32 sums (LLVM's vpmaddwd), so every result equals the numpy code's bit
 for bit:
 
-- ``dynamic_quantize``: range, scale, zero point and the quantized tensor of ONNX's
-  DynamicQuantizeLinear (scale 0 on a range of 0) or of onnxruntime's dynamic GEMMs (scale 1).
+- ``dynamic_quantize``: range (numpy's SIMD min/max), scale, zero point and the quantized
+  tensor in one compiled pass, as ONNX's DynamicQuantizeLinear (scale 0 on a range of 0) or
+  onnxruntime's dynamic GEMMs (scale 1) compute them.
 - ``qgemm_float``: x (float32, M x K) quantized to uint8 from its own range, times a centered
   integer weight, * x_scale * w_scale (+ an addend): onnxruntime's quantized LSTM GEMM.
 
@@ -19,6 +20,8 @@ The loops are in nodes/_quant_jit.py, imported on the first call.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -38,14 +41,15 @@ def _jit():
 
 
 def data_range(x: np.ndarray) -> tuple[float, float] | None:
-    """(min(0, min x), max(0, max x)) of float32 ``x`` in one pass; None for NaN/inf or empty."""
-    flat = np.ascontiguousarray(x).reshape(-1)
-    if not flat.size:
+    """(min(0, min x), max(0, max x)) of float32 ``x``; None for NaN/inf or empty. numpy's
+    SIMD min and max (two passes, 16 us for 98k floats) beat one compiled pass with NaN checks
+    (49 us: the compares do not vectorize); both propagate NaN."""
+    if not x.size:
         return None
-    lo, hi, nan = _jit().range_f32(flat)
-    if nan or not (np.isfinite(lo) and np.isfinite(hi)):
+    lo, hi = float(x.min()), float(x.max())
+    if not (math.isfinite(lo) and math.isfinite(hi)):
         return None
-    return min(0.0, float(lo)), max(0.0, float(hi))
+    return min(0.0, lo), max(0.0, hi)
 
 
 def dynamic_quantize(x: np.ndarray, zero_range_scale: float) -> tuple[np.ndarray, np.float32, np.uint8] | None:
