@@ -89,3 +89,38 @@ def test_integer_matmul_stays_exact_on_both_sides_of_float32s_exact_range():
     b = _RNG.integers(-128, 128, (1024, 16)).astype(np.int32)
     b[0, 0] = 128
     np.testing.assert_array_equal(int_matmul(a, b), a.astype(np.int64) @ b.astype(np.int64))
+
+
+def _dq_lstm_graph(seq, batch, inp, hid, r_zp):
+    from onnx import TensorProto, helper, numpy_helper
+
+    import engine
+
+    dirs = 2
+    consts = {"W": _RNG.integers(-128, 128, (dirs, inp, 4 * hid)).astype(np.int8),
+              "R": _RNG.integers(-128, 128, (dirs, hid, 4 * hid)).astype(np.int8),
+              "B": (_RNG.standard_normal((dirs, 8 * hid)) * 0.1).astype(np.float32),
+              "ws": np.array([0.01, 0.02], np.float32), "wz": np.array([0, 3], np.int8),
+              "rs": np.array([0.02, 0.015], np.float32), "rz": np.array(r_zp, np.int8)}
+    names = ["x", "W", "R", "B", "", "", "", "", "ws", "wz", "rs", "rz"]
+    node = helper.make_node("DynamicQuantizeLSTM", names, ["y", "yh", "yc"], domain="com.microsoft",
+                            hidden_size=hid, direction="bidirectional")
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (seq, batch, inp))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, (seq, dirs, batch, hid))]
+                          + [helper.make_tensor_value_info(o, TensorProto.FLOAT, (dirs, batch, hid)) for o in ("yh", "yc")],
+                          initializer=[numpy_helper.from_array(v, k) for k, v in consts.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    return engine.load(m)
+
+
+@pytest.mark.parametrize("r_zp", [[0, 0], [5, -9]])  # int8 copy of R; centered R needing int16
+def test_dynamic_quantize_lstm_compiled_steps_equal_the_numpy_steps(monkeypatch, r_zp):
+    import engine
+    import nodes.contrib_quant as cq
+
+    g = _dq_lstm_graph(6, 2, 10, 8, r_zp)
+    x = {"x": (_RNG.standard_normal((6, 2, 10)) * 2).astype(np.float32)}
+    fast = engine.execute(g, x)
+    monkeypatch.setattr(cq, "_small_gemm", lambda wq, w_s: None)  # every step on numpy's path
+    slow = engine.execute(g, x)
+    assert all(_bits_equal(fast[k], slow[k]) for k in ("y", "yh", "yc"))
