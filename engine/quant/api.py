@@ -12,6 +12,7 @@ from engine.quant.calibrate import Calibration, calibrate
 from engine.quant.config import QuantConfig
 from engine.quant.data import CalibrationSet
 from engine.quant.mixed import MixedPrecisionResult
+from engine.quant.ort_rewrites import rewrite_warning
 from engine.quant.ptq import Prepared, prepare, wants_pipeline
 from engine.quant.qdq import QuantizedModel, build_qdq
 
@@ -130,5 +131,7 @@ def quantize(graph: Graph, data: CalibrationSet, config: QuantConfig | None = No
         calibration = calibrate(graph, data, config, progress=stage("calibrate"), cancel=cancel)
     qm = build_qdq(build, calibration, config)
     result_analysis = analyze(ref, qm, data, analysis_samples, progress=stage("analyze")) if analysis_samples else None
-    return QuantResult(config, calibration, qm, result_analysis, low_sqnr_diagnostics(result_analysis, config),
+    diags = low_sqnr_diagnostics(result_analysis, config)
+    rewrite = rewrite_warning(qm.graph)  # what onnxruntime's default session would not run as written
+    return QuantResult(config, calibration, qm, result_analysis, [*diags, *([rewrite] if rewrite else [])],
                        ptq=prepared, seconds=time.perf_counter() - t0)

@@ -54,10 +54,14 @@ class CalibLimits:
 class CalibrationSet:
     """An iterable of feed dicts with a known length and a description of where they came from."""
 
-    def __init__(self, source: str, count: int, make: Callable[[int], dict[str, np.ndarray]]) -> None:
+    def __init__(self, source: str, count: int, make: Callable[[int], dict[str, np.ndarray]],
+                 groups: list[str] | None = None) -> None:
         self.source = source
         self._count = count
         self._make = make
+        self.groups = groups
+        """The picture each sample shows, when the source says (an image folder), else None: held-out
+        samples are spread over the pictures (engine/quant/split.py)."""
 
     def __len__(self) -> int:
         return self._count
@@ -72,7 +76,12 @@ class CalibrationSet:
 
     def take(self, n: int) -> CalibrationSet:
         """The first ``n`` samples."""
-        return CalibrationSet(self.source, min(n, self._count), self._make)
+        return self.subset(list(range(min(n, self._count))))
+
+    def subset(self, idx: list[int]) -> CalibrationSet:
+        """The samples ``idx``, in that order (their pictures kept)."""
+        return CalibrationSet(self.source, len(idx), lambda i: self._make(idx[i]),
+                              [self.groups[i] for i in idx] if self.groups is not None else None)
 
     @staticmethod
     def from_arrays(source: str, arrays: dict[str, np.ndarray]) -> CalibrationSet:
@@ -251,8 +260,11 @@ def load_image_folder(path: Path, graph: Graph, pre: ImagePreprocess, limits: Ca
                              "(one per channel)")
     for f in files:  # decode every file once up front: a corrupt image is named before work starts
         _check_sample(load_image(f, inp, pre), inp, str(f))
+    from engine.quant.split import picture_key
+
     return CalibrationSet(str(path), len(files),
-                          lambda i: {inp.name: _check_sample(load_image(files[i], inp, pre), inp, str(files[i]))})
+                          lambda i: {inp.name: _check_sample(load_image(files[i], inp, pre), inp, str(files[i]))},
+                          [picture_key(f) for f in files])
 
 
 def load_calibration(source: str | Path, graph: Graph, preprocess: ImagePreprocess | None = None,

@@ -53,6 +53,8 @@ class MixedPrecisionResult:
     # filled by the search (engine.quant.search): what it measured and why it stopped
     choices: list[str] = field(default_factory=list)
     samples: dict[str, int] = field(default_factory=dict)
+    check_samples: list[int] = field(default_factory=list)  # indices in the calibration set
+    check_pictures: list[str] | None = None  # the picture of each, when the set names them (an image folder)
     tensors: list[dict] = field(default_factory=list)
     groups: list[dict] = field(default_factory=list)
     refused: list[dict] = field(default_factory=list)
@@ -124,6 +126,7 @@ class MixedPrecisionResult:
                "raised": raised, "latency_us": latency}
         if self.stopped:  # a search: how it measured, what it refused and why it stopped
             doc.update({"stopped": self.stopped, "choices": self.choices, "samples": self.samples,
+                        "check_samples": self.check_samples, "check_pictures": self.check_pictures,
                         "search_sqnr_db": None if self.search_sqnr_db is None else round(self.search_sqnr_db, 3),
                         "search_bound_db": None if self.search_bound_db is None else round(self.search_bound_db, 3),
                         "check_bound_db": None if self.check_bound_db is None else round(self.check_bound_db, 3),

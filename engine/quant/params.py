@@ -138,8 +138,19 @@ def weight_params(w: np.ndarray, dtype: str, symmetric: bool, per_channel: bool,
     return qp
 
 
-def bias_params(input_qp: QuantParams, weight_qp: QuantParams) -> QuantParams:
-    """Bias as int32 with scale = input_scale * weight_scale and zero point 0, as runtimes do."""
+def bias_params(input_qp: QuantParams, weight_qp: QuantParams, bias: np.ndarray | None = None) -> QuantParams:
+    """Bias as int32 with scale = input_scale * weight_scale and zero point 0, as runtimes do.
+
+    With ``bias`` given, a scale too fine for it is widened to max|b| / 2^30 (per channel where
+    the scale is, else over the whole bias), so every value fits int32 with a bit to spare. That
+    is for 16-bit layers only: int16 x int16 scales are ~1e-9, where a bias above ~2 overflows
+    int32, and no CPU runtime fuses a 16-bit Conv into an integer kernel that would assume
+    scale = input_scale * weight_scale (onnxruntime dequantizes the bias and runs a float Conv).
+    """
     scale = (np.asarray(input_qp.scale, np.float64) * np.asarray(weight_qp.scale, np.float64)).astype(np.float32)
+    if bias is not None:
+        mag = np.abs(np.asarray(bias, np.float64))
+        need = (mag if np.ndim(scale) == 1 else mag.max(initial=0.0)) / 2.0**30
+        scale = np.maximum(scale.astype(np.float64), need).astype(np.float32)
     axis = 0 if np.ndim(scale) == 1 else None
     return QuantParams(scale=scale, zero_point=np.zeros(np.shape(scale), np.int32), dtype="int32", axis=axis)

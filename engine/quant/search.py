@@ -46,6 +46,7 @@ from engine.quant.mixed import MixedPrecisionResult
 from engine.quant.qdq import build_qdq, converted_to_opset
 from engine.quant.search_eval import Evaluator, Pricing, Quality, merge, small_sample_z
 from engine.quant.sensitivity import Group, find_groups, tensor_sensitivity
+from engine.quant.split import spread
 
 MIN_SAMPLES = 4
 """Fewer calibration samples cannot be split into a search part and a held-out part."""
@@ -86,33 +87,32 @@ def search_choices(target, requested: str | None = None) -> tuple[str, ...]:
     return tuple(c for c in CHOICES if modes is None or c == "fp32" or c in modes)
 
 
-def held_out_split(n: int, check: int = 8) -> tuple[list[int], list[int]]:
+def held_out_split(n: int, check: int = 8, groups: list[str] | None = None) -> tuple[list[int], list[int]]:
     """Indices of every sample outside the check part, and of the check part (a quarter, at most
-    ``check``, held out of every decision), each spread over the whole set."""
+    ``check``, held out of every decision), spread over the set: over its pictures when
+    ``groups`` names them, else strided (engine/quant/split.py)."""
     if n < MIN_SAMPLES:
         raise InputError(f"{n} calibration sample(s) cannot verify a mixed-precision search: it needs "
                          f"at least {MIN_SAMPLES} (it searches on some and verifies on the others)")
-    n_check = max(1, min(check, n // 4))
-    held = sorted({round(float(x)) for x in np.linspace(1, n - 1, n_check)})
+    held = spread(range(n), max(1, min(check, n // 4)), groups)
     return [i for i in range(n) if i not in held], held
 
 
-def split_samples(n: int, search: int = 24, check: int = 8) -> tuple[list[int], list[int]]:
+def split_samples(n: int, search: int = 24, check: int = 8,
+                  groups: list[str] | None = None) -> tuple[list[int], list[int]]:
     """Indices of the search part (at most ``search``) and of the check part (held_out_split)."""
-    rest, held = held_out_split(n, check)
-    return thin(rest, search), held
+    rest, held = held_out_split(n, check, groups)
+    return thin(rest, search, groups), held
 
 
 def subset(data: CalibrationSet, idx: list[int]) -> CalibrationSet:
     """The samples ``idx`` of ``data``, in that order."""
-    return CalibrationSet(data.source, len(idx), lambda i: data.sample(idx[i]))
+    return data.subset(idx)
 
 
-def thin(idx: list[int], most: int) -> list[int]:
-    """At most ``most`` of ``idx``, spread over it."""
-    if len(idx) <= most:
-        return list(idx)
-    return [idx[round(float(x))] for x in np.linspace(0, len(idx) - 1, most)]
+def thin(idx: list[int], most: int, groups: list[str] | None = None) -> list[int]:
+    """At most ``most`` of ``idx``, spread over the set (engine/quant/split.py)."""
+    return spread(idx, most, groups)
 
 
 def with_samples(graph: Graph, calibration: Calibration, data: CalibrationSet, idx: list[int],
@@ -167,7 +167,7 @@ def search_mixed_precision(graph: Graph, data: CalibrationSet, config: QuantConf
         return clock() - t_work[0] < share * (budget - reserve[0] - (t_work[0] - t0))
 
     choices = opt.choices or search_choices(target)
-    s_idx, c_idx = split_samples(len(data), opt.search_samples, opt.check_samples)
+    s_idx, c_idx = split_samples(len(data), opt.search_samples, opt.check_samples, data.groups)
     if "int16" in choices:  # int16 QDQ needs opset 21: convert once, not at every measurement
         graph, _ = converted_to_opset(graph, 21)
     if opt.check_outside_calibration and not opt.calibrated_without_check and len(c_idx) >= 2:
@@ -188,7 +188,7 @@ def search_mixed_precision(graph: Graph, data: CalibrationSet, config: QuantConf
     # as many samples per measurement as keep one under 1/40 of the budget (at least 4), timed on
     # an ordinary measurement (the anchor's run keeps every value: several times slower)
     per_sample = ev_c.mean_seconds / len(ev_c.feeds)
-    s_idx = thin(s_idx, max(4, int(budget / 40 / max(per_sample, 1e-6))))
+    s_idx = thin(s_idx, max(4, int(budget / 40 / max(per_sample, 1e-6))), data.groups)
     ev_s = Evaluator(graph, calibration, [data.sample(i) for i in s_idx], reference)
     pricing = Pricing(graph, target, quantized)
 
@@ -224,6 +224,8 @@ def search_mixed_precision(graph: Graph, data: CalibrationSet, config: QuantConf
                                   opt.target_cosine, base_c.sqnr_db, pricing.latency({}))
     result.choices = list(choices)
     result.samples = {"search": len(s_idx), "verify": len(c_idx), "sensitivity": len(sens.feeds)}
+    result.check_samples = list(c_idx)
+    result.check_pictures = [data.groups[i] for i in c_idx] if data.groups is not None else None
     result.tensors = [t.to_json() for t in tensors]
     phases: dict[str, float] = {"setup": clock() - t0}
     t_work[0] = clock()
