@@ -87,10 +87,12 @@ def conv2d_phases(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: S
     bottom, right; negative crops) by (M, C/group, kh, kw) ``w`` plus bias ``b`` (or none), all
     of one float dtype.
 
-    The padded input is split into its stride phases (stride s: s*s planes, each contiguous),
-    so every tap of a strided convolution reads one phase plane with unit stride; a row of taps
-    is then one contiguous loop over the output plane (kept at the phase pitch, band by band in
-    L1) with the running sum in a register. Per output element the taps add in the order
+    One group at a time, in cache: its input channels are padded and split into their stride
+    phases (stride s: s*s planes, each contiguous), so every tap of a strided convolution reads
+    one phase plane with unit stride; a row of taps is then one contiguous loop over the output
+    plane (kept at the phase pitch in a scratch plane, band by band in L1) with the running sum
+    in a register, and the plane is copied into the output row by row (no padded copy of the
+    whole input, no cropping copy of the whole output). Per output element the taps add in the order
     (input channel, ky, kx) from the bias. For depthwise and small-group convolutions, whose
     im2col is mostly copying.
     """
@@ -102,24 +104,12 @@ def conv2d_phases(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: S
     if cg == 1 and m == c and c >= NHWC_CHANNELS and oh * ow <= NHWC_PLANE[max(sy, sx) > 1] and min(pt, pl, pb, pr) >= 0:
         return _depthwise_nhwc(x, w, b, (sy, sx), dils, (pt, pl, pb, pr), (oh, ow))
     hq, wq = -(-(h + pt + pb) // sy), -(-(wd + pl + pr) // sx)
-    if sy == sx == 1 and not (pt or pl or pb or pr):
-        xph = np.ascontiguousarray(x).reshape(n_batch, c, 1, hq * wq)
-    elif sy == sx == 1 and min(pt, pl, pb, pr) >= 0:  # one numpy copy (measured faster on small planes)
-        xph = np.zeros((n_batch, c, hq, wq), x.dtype)
-        xph[:, :, pt:pt + h, pl:pl + wd] = x
-        xph = xph.reshape(n_batch, c, 1, hq * wq)
-    else:
-        xph = np.empty((n_batch, c, sy * sx, hq * wq), x.dtype)
-        _jit().phase_split(np.ascontiguousarray(x), xph, pt, pl, sy, sx, wq)
     qs, offs = _phase_taps(kh, kw, sy, sx, int(dils[0]), int(dils[1]), wq)
-    wide = np.empty((n_batch, m, oh, wq), x.dtype)
-    if b is None:
-        wide.fill(0)
-    else:
-        wide[...] = b.astype(x.dtype, copy=False).reshape(1, m, 1, 1)
-    _jit().conv2d_phase(xph, np.ascontiguousarray(w).reshape(m, cg, kh * kw), wide.reshape(n_batch, m, -1),
-                        qs, offs, kw, (oh - 1) * wq + ow, PHASE_BAND)
-    return wide if wq == ow else np.ascontiguousarray(wide[..., :ow])
+    out = np.empty((n_batch, m, oh, ow), x.dtype)
+    bias = np.empty(0, x.dtype) if b is None else b.astype(x.dtype, copy=False).reshape(m)
+    _jit().conv2d_grouped(np.ascontiguousarray(x), np.ascontiguousarray(w).reshape(m, cg, kh * kw), bias, out,
+                          pt, pl, sy, sx, hq, wq, qs, offs, kw, PHASE_BAND)
+    return out
 
 
 def pool2d(xp: np.ndarray, kernel: Sequence[int], out_hw: Sequence[int], strides: Sequence[int],
