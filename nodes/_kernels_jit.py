@@ -470,3 +470,24 @@ def gelu_flat(x, out):  # pragma: no cover - compiled
             c = ts[i] * e[i] * scale[i]
             y = _HALF * xi * (c if xi < _ZERO else _TWO - c)
             ob[i] = y if xi == xi else xi
+
+
+@njit(cache=True, nogil=True)
+def shifted_sum(z, zi, offs, b, out, pitch, r0, rows):  # pragma: no cover - compiled
+    # out[0, m, r0 + oy, ox] = b[m] + the sum over taps t (in order) of
+    # z[zi[t], m, oy*pitch + offs[t] + ox] for oy < rows (b empty: no bias): a convolution's
+    # per-tap products, computed as one GEMM per stride phase on the input itself, summed at
+    # their shifts. z (taps, M, L); out (1, M, OH, OW).
+    m_out, ow = out.shape[1], out.shape[3]
+    zero = out.dtype.type(0.0)
+    for m in range(m_out):
+        bv = b[m] if b.size else zero
+        for oy in range(rows):
+            d = out[0, m, r0 + oy]
+            for j in range(ow):
+                d[j] = bv
+            base = oy * pitch
+            for t in range(zi.size):
+                src = z[zi[t], m, base + offs[t]:]
+                for j in range(ow):
+                    d[j] = d[j] + src[j]

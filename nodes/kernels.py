@@ -112,6 +112,73 @@ def conv2d_phases(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: S
     return out
 
 
+SHIFT_BAND_BYTES = 1 << 20
+"""Per-tap products one band of conv2d_shifted holds (in L2 while they are summed)."""
+
+
+def shifted_weights(w: np.ndarray, strides: Sequence[int], dils: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(M, C, kh, kw) weights as conv2d_shifted takes them: (kh*kw, M, C), the taps ordered by
+    the stride phase they read (so each phase's taps are one GEMM), the index of tap (ky, kx)
+    in that order, and each tap's (phase, row shift, column shift)."""
+    m, c, kh, kw = w.shape
+    sy, sx = int(strides[0]), int(strides[1])
+    taps = [(((ky * dils[0]) % sy) * sx + (kx * dils[1]) % sx, (ky * dils[0]) // sy, (kx * dils[1]) // sx)
+            for ky in range(kh) for kx in range(kw)]
+    order = sorted(range(kh * kw), key=lambda t: taps[t][0])
+    zi = np.empty(kh * kw, np.int64)
+    zi[order] = np.arange(kh * kw)
+    wst = np.ascontiguousarray(w.reshape(m, c, kh * kw).transpose(2, 0, 1)[order])
+    return wst, zi, np.array(taps, np.int64)
+
+
+def conv2d_shifted(x: np.ndarray, prepared: tuple[np.ndarray, np.ndarray, np.ndarray], b: np.ndarray | None,
+                   strides: Sequence[int], pads: Sequence[int], out_hw: Sequence[int]) -> np.ndarray:
+    """A dense 2-D convolution (N, M, OH, OW) without im2col: the padded input split into its
+    stride phases, one GEMM per phase of that phase's taps' weights (taps*M, C) by the phase
+    plane itself (C, rows*Wq, no copy), and the per-tap products summed at their shifts
+    (shifted_sum), band by band of output rows. It moves taps*M*OH*Wq values where im2col
+    moves taps*C*OH*OW: the cheaper form when a conv has fewer output than input channels.
+    ``prepared`` is shifted_weights(w, ...); the sum runs over taps of per-tap GEMM sums (a
+    different rounding order than im2col's, within float rounding)."""
+    wst, zi, taps = prepared
+    kk, m, c = wst.shape
+    n_batch = x.shape[0]
+    sy, sx = int(strides[0]), int(strides[1])
+    oh, ow = int(out_hw[0]), int(out_hw[1])
+    pt, pl, pb, pr = (int(p) for p in pads)
+    h, wd = x.shape[2:]
+    hq, wq = -(-(h + pt + pb) // sy), -(-(wd + pl + pr) // sx)
+    offs = taps[:, 1] * wq + taps[:, 2]
+    ry = int(taps[:, 1].max())
+    ph = np.empty(kk, np.int64)
+    ph[zi] = taps[:, 0]  # the phase of each position of the tap order (sorted)
+    phases = [(q, int(np.searchsorted(ph, q)), int(np.searchsorted(ph, q, "right"))) for q in range(sy * sx)]
+    phases = [p for p in phases if p[2] > p[1]]
+    y = np.empty((n_batch, m, oh, ow), x.dtype)
+    bias = np.empty(0, x.dtype) if b is None else b.astype(x.dtype, copy=False).reshape(m)
+    rows = max(1, SHIFT_BAND_BYTES // max(1, kk * m * wq * x.itemsize) - ry)
+    z = np.empty((kk, m, (min(rows, oh) + ry) * wq), x.dtype)
+    for n in range(n_batch):
+        xph = np.zeros((c, sy * sx, hq, wq), x.dtype)
+        xp = xph.reshape(c, sy * sx, hq * wq)
+        for q in {p[0] for p in phases}:  # phase (py, px): padded rows py, py+sy, ... and columns px, px+sx, ...
+            py, px = divmod(q, sx)
+            r_lo, c_lo = -(-(pt - py) // sy), -(-(pl - px) // sx)  # first phase row/column inside x
+            r_lo, c_lo = max(0, r_lo), max(0, c_lo)
+            src = x[n, :, r_lo * sy + py - pt::sy, c_lo * sx + px - pl::sx]
+            nr, nc = min(src.shape[1], hq - r_lo), min(src.shape[2], wq - c_lo)
+            xph[:, q, r_lo:r_lo + nr, c_lo:c_lo + nc] = src[:, :nr, :nc]
+        for r0 in range(0, oh, rows):
+            nr = min(rows, oh - r0)
+            span = (nr + ry) * wq
+            zb = z[:, :, :span] if span == z.shape[2] else np.empty((kk, m, span), x.dtype)
+            for q, j0, j1 in phases:
+                np.matmul(wst[j0:j1].reshape((j1 - j0) * m, c), xp[:, q, r0 * wq:r0 * wq + span],
+                          out=zb[j0:j1].reshape((j1 - j0) * m, span))
+            _jit().shifted_sum(zb, zi, offs, bias, y[n:n + 1], wq, r0, nr)
+    return y
+
+
 def pool2d(xp: np.ndarray, kernel: Sequence[int], out_hw: Sequence[int], strides: Sequence[int],
            dils: Sequence[int], is_max: bool) -> np.ndarray:
     """Max or sum over every window of padded NCHW float ``xp`` (N, C, OH, OW), in one compiled
