@@ -297,6 +297,7 @@ def warm_up() -> None:
         conv2d_phases(xp, np.ones((2, 1, 3, 3), dt), None, (2, 2), (1, 1), (1, 1, 1, 1), (2, 2))
         hard_swish_(np.zeros(2, dt))
         pool2d(xp, (2, 2), (1, 1), (1, 1), (1, 1), True)
+        conv2d_shifted(xp, shifted_weights(np.ones((1, 2, 2, 2), dt), (1, 1), (1, 1)), None, (1, 1), (0, 0, 0, 0), (2, 2))
         _depthwise_nhwc(xp, np.ones((2, 1, 3, 3), dt), None, (1, 1), (1, 1), (1, 1, 1, 1), (3, 3))
         hard_swish_chain_(np.zeros(2, dt), 3, 0, 6, 6, 0)
         channel_chain_(np.zeros((1, 2, 2), dt), np.arange(7, dtype=np.int64), np.ones((7, 2), dt))
