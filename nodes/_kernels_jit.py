@@ -180,6 +180,15 @@ def _phase_fill(src, xs, pt, pl, sy, sx, hq, wq):  # pragma: no cover - compiled
                     dst[j] = row[first + j * sx]
 
 
+@njit(cache=True, nogil=True)
+def relu_flat(x, out):  # pragma: no cover - compiled
+    # max(x, 0) as np.maximum gives it: NaN stays NaN, -0 becomes +0
+    zero = x.dtype.type(0.0)
+    for i in range(x.size):
+        v = x[i]
+        out[i] = v if v > zero else (v if v != v else zero)
+
+
 @njit(cache=True, nogil=True, fastmath=_FAST)
 def conv2d_grouped(x, w, b, out, pt, pl, sy, sx, hq, wq, qs, offs, kw, band):  # pragma: no cover - compiled
     # out (N, M, OH, OW) = x (N, C, H, W) padded (pt top, pl left; zeros) convolved by w

@@ -11,7 +11,7 @@ same arithmetic in one pass, in the input's float type (float32 stays float32):
   band by band in L1, with the running sum in a register.
 - ``pool2d``: max and sum pooling windows, row by row in cache (numpy's separable passes
   over strided views of the whole tensor were 3-10x onnxruntime).
-- ``erf32_`` / ``gelu32_`` / ``hard_swish_`` / ``logistic32_`` / ``silu32_``: elementwise
+- ``erf32_`` / ``gelu32_`` / ``hard_swish_`` / ``logistic32_`` / ``relu_`` / ``silu32_``: elementwise
   functions in one pass, written into a caller-given buffer (which may be the input itself).
   The logistic and Gelu kernels compute exp in float32 with a polynomial (a scalar libm exp
   loop measured 2x slower than numpy's SIMD exp; this one vectorizes).
@@ -242,6 +242,13 @@ def hard_swish_(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 
 
+def relu_(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """max(x, 0) of C-contiguous float32/float64 ``x`` in one compiled pass, the values
+    np.maximum gives (NaN stays NaN); ``out`` may be ``x``. numpy's NaN-propagating maximum
+    measured 6x slower on 18K-200K float32 elements (18.5 vs 3.0 us, 173 vs 27 us)."""
+    return _flat_pass(_jit().relu_flat, x, out)
+
+
 def logistic32_(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """1 / (1 + exp(-x)) of C-contiguous float32 ``x`` in one pass; ``out`` may be ``x``.
 
@@ -296,6 +303,7 @@ def warm_up() -> None:
         xp = np.zeros((1, 2, 3, 3), dt)
         conv2d_phases(xp, np.ones((2, 1, 3, 3), dt), None, (2, 2), (1, 1), (1, 1, 1, 1), (2, 2))
         hard_swish_(np.zeros(2, dt))
+        relu_(np.zeros(2, dt))
         pool2d(xp, (2, 2), (1, 1), (1, 1), (1, 1), True)
         conv2d_shifted(xp, shifted_weights(np.ones((1, 2, 2, 2), dt), (1, 1), (1, 1)), None, (1, 1), (0, 0, 0, 0), (2, 2))
         _depthwise_nhwc(xp, np.ones((2, 1, 3, 3), dt), None, (1, 1), (1, 1), (1, 1, 1, 1), (3, 3))
