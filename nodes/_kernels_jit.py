@@ -180,6 +180,29 @@ def _phase_fill(src, xs, pt, pl, sy, sx, hq, wq):  # pragma: no cover - compiled
                     dst[j] = row[first + j * sx]
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _clip1(v, lo, hi):  # pragma: no cover - compiled
+    # np.clip's min(max(v, lo), hi), ties kept (clip(-0, 0, 6) is -0): a NaN v (or bound)
+    # stays NaN, lo > hi gives hi
+    m = v if (v != v or v >= lo) else lo
+    return m if (m != m or m <= hi) else hi
+
+
+@njit(cache=True, nogil=True)
+def clip_flat(x, out, lo, hi):  # pragma: no cover - compiled
+    for i in range(x.size):
+        out[i] = _clip1(x[i], lo, hi)
+
+
+@njit(cache=True, nogil=True)
+def hard_sigmoid_flat(x, out, alpha, beta):  # pragma: no cover - compiled
+    # clip(x * alpha + beta, 0, 1), the product and the sum each rounded (no contraction)
+    zero, one = x.dtype.type(0.0), x.dtype.type(1.0)
+    for i in range(x.size):
+        v = x[i] * alpha
+        out[i] = _clip1(v + beta, zero, one)
+
+
 @njit(cache=True, nogil=True)
 def relu_flat(x, out):  # pragma: no cover - compiled
     # max(x, 0) as np.maximum gives it: NaN stays NaN, -0 becomes +0

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from nodes._util import broadcast_infer, broadcast_shapes, same_as_input
-from nodes.kernels import erf32_
+from nodes.kernels import clip_, compiled_float, erf32_
 from nodes.polyfit import ERF_NEAR, fit_poly
 from nodes.registry import register, register_spec
 from nodes.rules import pow_exponent
@@ -418,6 +418,7 @@ class ClipSpec(OpSpec):
     family = "elementwise"
     quant = QuantSpec("elementwise", float_inputs=frozenset({1, 2}), epilogue=True)  # Relu6 in a Conv
     doc = "Clamp every element to [min, max]; when min > max every element becomes max."
+    inplace = True  # writes into a donated float input (ctx.donate == 0)
     inputs = (Port("input"), Port("min", optional=True), Port("max", optional=True))
     outputs = (Port("output"),)
     attrs = (
@@ -446,8 +447,11 @@ class ClipSpec(OpSpec):
         hi_a = _bound(hi, xc.dtype, "max")
         if lo_a is None and hi_a is None:
             return x
-        if lo_a is not None and hi_a is not None:
-            out = np.clip(xc, lo_a, hi_a)  # min > max gives max everywhere, as ONNX specifies
+        if lo_a is not None and hi_a is not None:  # min > max gives max everywhere, as ONNX specifies
+            if compiled_float(xc):  # np.clip's values in one compiled pass, into a donated input
+                out = clip_(xc, lo_a, hi_a, out=xc if ctx.donate == 0 and xc is x else None)
+            else:
+                out = np.clip(xc, lo_a, hi_a)
         elif lo_a is not None:
             out = np.maximum(xc, lo_a)
         else:

@@ -11,7 +11,8 @@ same arithmetic in one pass, in the input's float type (float32 stays float32):
   band by band in L1, with the running sum in a register.
 - ``pool2d``: max and sum pooling windows, row by row in cache (numpy's separable passes
   over strided views of the whole tensor were 3-10x onnxruntime).
-- ``erf32_`` / ``gelu32_`` / ``hard_swish_`` / ``logistic32_`` / ``relu_`` / ``silu32_``: elementwise
+- ``erf32_`` / ``gelu32_`` / ``hard_swish_`` / ``logistic32_`` / ``relu_`` / ``clip_`` /
+  ``hard_sigmoid_`` / ``silu32_``: elementwise
   functions in one pass, written into a caller-given buffer (which may be the input itself).
   The logistic and Gelu kernels compute exp in float32 with a polynomial (a scalar libm exp
   loop measured 2x slower than numpy's SIMD exp; this one vectorizes).
@@ -249,6 +250,28 @@ def relu_(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     return _flat_pass(_jit().relu_flat, x, out)
 
 
+def clip_(x: np.ndarray, lo: Any, hi: Any, out: np.ndarray | None = None) -> np.ndarray:
+    """np.clip(x, lo, hi) of C-contiguous float32/float64 ``x`` in one compiled pass (the same
+    values: NaN stays NaN, lo > hi gives hi); ``out`` may be ``x``. numpy's clip measured
+    12.3 vs ~3 us on 18K float32 elements."""
+    if out is None:
+        out = np.empty_like(x)
+    dt = x.dtype.type
+    _jit().clip_flat(x.reshape(-1), out.reshape(-1), dt(lo), dt(hi))
+    return out
+
+
+def hard_sigmoid_(x: np.ndarray, alpha: Any, beta: Any, out: np.ndarray | None = None) -> np.ndarray:
+    """clip(x * alpha + beta, 0, 1) of C-contiguous float32/float64 ``x`` in one compiled pass,
+    the product and the sum each rounded in x's dtype as the numpy ops round them; ``out`` may
+    be ``x``."""
+    if out is None:
+        out = np.empty_like(x)
+    dt = x.dtype.type
+    _jit().hard_sigmoid_flat(x.reshape(-1), out.reshape(-1), dt(alpha), dt(beta))
+    return out
+
+
 def logistic32_(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """1 / (1 + exp(-x)) of C-contiguous float32 ``x`` in one pass; ``out`` may be ``x``.
 
@@ -304,6 +327,8 @@ def warm_up() -> None:
         conv2d_phases(xp, np.ones((2, 1, 3, 3), dt), None, (2, 2), (1, 1), (1, 1, 1, 1), (2, 2))
         hard_swish_(np.zeros(2, dt))
         relu_(np.zeros(2, dt))
+        clip_(np.zeros(2, dt), 0, 6)
+        hard_sigmoid_(np.zeros(2, dt), 0.2, 0.5)
         pool2d(xp, (2, 2), (1, 1), (1, 1), (1, 1), True)
         conv2d_shifted(xp, shifted_weights(np.ones((1, 2, 2, 2), dt), (1, 1), (1, 1)), None, (1, 1), (0, 0, 0, 0), (2, 2))
         _depthwise_nhwc(xp, np.ones((2, 1, 3, 3), dt), None, (1, 1), (1, 1), (1, 1, 1, 1), (3, 3))
