@@ -345,7 +345,7 @@ def depthwise_nhwc(xp, w, out, sy, sx, dh, dw):  # pragma: no cover - compiled
                             d[ch] += wt[ch] * src[ch]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")  # x / 0 is inf or NaN, as in numpy
 def channel_chain(x, codes, params):  # pragma: no cover - compiled
     # in place on x (N, C, S): per channel row, each op of the chain in turn (the row stays in
     # cache): 0 x*p, 1 x+p, 2 x-p, 3 p-x, 4 x/p, 5 p/x, 6 max(x, 0); p = params[op, channel].

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from nodes._util import broadcast_infer, broadcast_shapes, same_as_input
-from nodes.kernels import clip_, compiled_float, erf32_
+from nodes.kernels import CHANNEL_CODES, clip_, compiled_float, erf32_, per_channel_
 from nodes.polyfit import ERF_NEAR, fit_poly
 from nodes.registry import register, register_spec
 from nodes.rules import pow_exponent
@@ -116,6 +116,10 @@ class BinarySpec(FnSpec):
         elif ctx.donate >= 0 and a.dtype == b.dtype and a.dtype in _NATIVE_FLOATS:
             target = b if ctx.donate else a
             if target.shape == np.broadcast_shapes(a.shape, b.shape):
+                if self.op_type in CHANNEL_CODES:  # by one value per channel: one compiled pass
+                    res = per_channel_(self.op_type, target, a if ctx.donate else b, not ctx.donate)
+                    if res is not None:
+                        return res
                 return self.ufunc(a, b, out=target)  # type: ignore[misc]
         out = np.asarray(self.fn(a, b))
         if self.out_dtype is None and out.dtype != a.dtype:

@@ -305,6 +305,28 @@ def hard_swish_chain_(x: np.ndarray, c: Any, lo: Any, hi: Any, k: Any, mode: int
     return x
 
 
+CHANNEL_CODES = {"Mul": (0, 0), "Add": (1, 1), "Sub": (2, 3), "Div": (4, 5)}
+"""channel_chain_'s code of each binary op: (with the chained value first, with it second)."""
+
+_ONE_OP = {code: np.array([code], np.int64) for code in range(7)}
+
+
+def per_channel_(op: str, x: np.ndarray, p: np.ndarray, x_first: bool) -> np.ndarray | None:
+    """``x op p`` (or ``p op x``) written into ``x`` when ``p`` holds one value per channel of ``x``
+    ((1, C, 1, ...) or (C, 1, ...)) and both are float32/float64 of one dtype: one compiled
+    pass over each channel's row (channel_chain_), the values numpy's broadcast gives. numpy's
+    broadcast multiply by (1, C, 1, 1) measured 2x its plain multiply (78 vs 41 us on 64x56x56).
+    None when the shapes are not that case."""
+    if x.ndim < 3 or not x.flags.c_contiguous or not x.flags.writeable or p.dtype != x.dtype:
+        return None
+    c = x.shape[1]
+    ones = (1,) * (x.ndim - 2)
+    if c < 2 or p.shape not in ((1, c, *ones), (c, *ones)) or not compiled_float(x):
+        return None
+    codes = CHANNEL_CODES[op]
+    return channel_chain_(x, _ONE_OP[codes[0 if x_first else 1]], np.ascontiguousarray(p).reshape(1, c))
+
+
 def channel_chain_(x: np.ndarray, codes: np.ndarray, params: np.ndarray) -> np.ndarray:
     """Per-channel elementwise ops (codes: 0 x*p, 1 x+p, 2 x-p, 3 p-x, 4 x/p, 5 p/x, 6 max(x, 0))
     applied in turn to every channel row of C-contiguous float ``x`` (N, C, ...) in place, each
