@@ -85,114 +85,165 @@ def hard_swish_flat(x, out):  # pragma: no cover - compiled
         out[i] = v * t
 
 
-@njit(cache=True, nogil=True, fastmath=_FAST)
-def conv2d_phase(xph, w, out, qs, offs, kw, span, band):  # pragma: no cover - compiled
-    # xph (N, C, s*s, Hq*Wq): the padded input split into its stride phases (phase (py, px) holds
-    # rows py, py+s, ... and columns px, px+s, ...), so every tap reads one phase contiguously.
-    # out (N, M, OH*Wq): rows at the phase pitch Wq (columns from OW on are scratch). Tap t
-    # reads phase qs[t] at flat offset offs[t]; a row of kw taps is one contiguous loop over
-    # the output positions (a band at a time, kept in L1), the running sum in a register:
-    # acc + w0*s0 + w1*s1 + ... in tap order, the same FMAs as one pass per tap.
-    n_batch, m, _ = out.shape
+@njit(cache=True, nogil=True, inline="always", fastmath=_FAST)
+def _phase_taps_acc(xs, w, oc, d, lo, cnt, qs, offs, kw):  # pragma: no cover - compiled
+    # d[0:cnt] += the taps of output channel oc over the output positions lo.. of its group's
+    # phase planes xs (cg, s*s, Hq*Wq): per input channel, per kernel row, the running sum in
+    # a register (acc + w0*s0 + w1*s1 + ... in tap order)
     cg = w.shape[1]
     kh = w.shape[2] // kw
-    mg = m // (xph.shape[1] // cg)
-    for n in range(n_batch):
-        for oc in range(m):
-            g = oc // mg
-            dst = out[n, oc]
-            for lo in range(0, span, band):
-                hi = min(lo + band, span)
-                cnt = hi - lo
-                d = dst[lo:hi]
-                for ci in range(cg):
-                    src_c = xph[n, g * cg + ci]
-                    for ky in range(kh):
-                        t = ky * kw
-                        if kw == 3:
-                            w0, w1, w2 = w[oc, ci, t], w[oc, ci, t + 1], w[oc, ci, t + 2]
-                            s0 = src_c[qs[t], offs[t] + lo:]
-                            s1 = src_c[qs[t + 1], offs[t + 1] + lo:]
-                            s2 = src_c[qs[t + 2], offs[t + 2] + lo:]
-                            for i in range(cnt):
-                                d[i] = d[i] + w0 * s0[i] + w1 * s1[i] + w2 * s2[i]
-                        elif kw == 5:
-                            w0, w1, w2 = w[oc, ci, t], w[oc, ci, t + 1], w[oc, ci, t + 2]
-                            w3, w4 = w[oc, ci, t + 3], w[oc, ci, t + 4]
-                            s0 = src_c[qs[t], offs[t] + lo:]
-                            s1 = src_c[qs[t + 1], offs[t + 1] + lo:]
-                            s2 = src_c[qs[t + 2], offs[t + 2] + lo:]
-                            s3 = src_c[qs[t + 3], offs[t + 3] + lo:]
-                            s4 = src_c[qs[t + 4], offs[t + 4] + lo:]
-                            for i in range(cnt):
-                                d[i] = d[i] + w0 * s0[i] + w1 * s1[i] + w2 * s2[i] + w3 * s3[i] + w4 * s4[i]
-                        elif kw == 7:
-                            w0, w1, w2 = w[oc, ci, t], w[oc, ci, t + 1], w[oc, ci, t + 2]
-                            w3, w4, w5, w6 = w[oc, ci, t + 3], w[oc, ci, t + 4], w[oc, ci, t + 5], w[oc, ci, t + 6]
-                            s0 = src_c[qs[t], offs[t] + lo:]
-                            s1 = src_c[qs[t + 1], offs[t + 1] + lo:]
-                            s2 = src_c[qs[t + 2], offs[t + 2] + lo:]
-                            s3 = src_c[qs[t + 3], offs[t + 3] + lo:]
-                            s4 = src_c[qs[t + 4], offs[t + 4] + lo:]
-                            s5 = src_c[qs[t + 5], offs[t + 5] + lo:]
-                            s6 = src_c[qs[t + 6], offs[t + 6] + lo:]
-                            for i in range(cnt):
-                                d[i] = (d[i] + w0 * s0[i] + w1 * s1[i] + w2 * s2[i] + w3 * s3[i]
-                                        + w4 * s4[i] + w5 * s5[i] + w6 * s6[i])
-                        else:
-                            for kx in range(kw):
-                                wv = w[oc, ci, t + kx]
-                                src = src_c[qs[t + kx], offs[t + kx] + lo:]
-                                for i in range(cnt):
-                                    d[i] += wv * src[i]
+    for ci in range(cg):
+        src_c = xs[ci]
+        for ky in range(kh):
+            t = ky * kw
+            if kw == 3:
+                w0, w1, w2 = w[oc, ci, t], w[oc, ci, t + 1], w[oc, ci, t + 2]
+                s0 = src_c[qs[t], offs[t] + lo:]
+                s1 = src_c[qs[t + 1], offs[t + 1] + lo:]
+                s2 = src_c[qs[t + 2], offs[t + 2] + lo:]
+                for i in range(cnt):
+                    d[i] = d[i] + w0 * s0[i] + w1 * s1[i] + w2 * s2[i]
+            elif kw == 5:
+                w0, w1, w2 = w[oc, ci, t], w[oc, ci, t + 1], w[oc, ci, t + 2]
+                w3, w4 = w[oc, ci, t + 3], w[oc, ci, t + 4]
+                s0 = src_c[qs[t], offs[t] + lo:]
+                s1 = src_c[qs[t + 1], offs[t + 1] + lo:]
+                s2 = src_c[qs[t + 2], offs[t + 2] + lo:]
+                s3 = src_c[qs[t + 3], offs[t + 3] + lo:]
+                s4 = src_c[qs[t + 4], offs[t + 4] + lo:]
+                for i in range(cnt):
+                    d[i] = d[i] + w0 * s0[i] + w1 * s1[i] + w2 * s2[i] + w3 * s3[i] + w4 * s4[i]
+            elif kw == 7:
+                w0, w1, w2 = w[oc, ci, t], w[oc, ci, t + 1], w[oc, ci, t + 2]
+                w3, w4, w5, w6 = w[oc, ci, t + 3], w[oc, ci, t + 4], w[oc, ci, t + 5], w[oc, ci, t + 6]
+                s0 = src_c[qs[t], offs[t] + lo:]
+                s1 = src_c[qs[t + 1], offs[t + 1] + lo:]
+                s2 = src_c[qs[t + 2], offs[t + 2] + lo:]
+                s3 = src_c[qs[t + 3], offs[t + 3] + lo:]
+                s4 = src_c[qs[t + 4], offs[t + 4] + lo:]
+                s5 = src_c[qs[t + 5], offs[t + 5] + lo:]
+                s6 = src_c[qs[t + 6], offs[t + 6] + lo:]
+                for i in range(cnt):
+                    d[i] = (d[i] + w0 * s0[i] + w1 * s1[i] + w2 * s2[i] + w3 * s3[i]
+                            + w4 * s4[i] + w5 * s5[i] + w6 * s6[i])
+            else:
+                for kx in range(kw):
+                    wv = w[oc, ci, t + kx]
+                    src = src_c[qs[t + kx], offs[t + kx] + lo:]
+                    for i in range(cnt):
+                        d[i] += wv * src[i]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _phase_fill(src, xs, pt, pl, sy, sx, hq, wq):  # pragma: no cover - compiled
+    # the interior of one channel's phase planes xs (s*s, Hq*Wq) <- src (H, W): padded element
+    # (r, col) = src[r - pt, col - pl] lands in phase (r % sy, col % sx) at (r // sy, col // sx).
+    # Positions outside src are never written (the caller zeroes xs once: the same positions are
+    # padding for every channel). Negative pads crop.
+    h, wd = src.shape
+    r0, r1 = max(0, -pt), min(h, hq * sy - pt)
+    c0, c1 = max(0, -pl), min(wd, wq * sx - pl)
+    for r in range(r0, r1):
+        pr = r + pt
+        row = src[r]
+        base = (pr // sy) * wq
+        q = (pr % sy) * sx
+        if sx == 1:
+            dst = xs[q, base + c0 + pl:]
+            sv = row[c0:]
+            for j in range(c1 - c0):
+                dst[j] = sv[j]
+        elif sx == 2:  # column pairs in one interleaved pass (2.5x a strided read per phase)
+            col = c0
+            if (col + pl) % 2 == 1 and col < c1:
+                xs[q + 1, base + (col + pl) // 2] = row[col]
+                col += 1
+            npair = (c1 - col) // 2
+            j0 = base + (col + pl) // 2
+            d0 = xs[q, j0:]
+            d1 = xs[q + 1, j0:]
+            sv = row[col:]
+            for j in range(npair):
+                e = sv[2 * j]
+                o = sv[2 * j + 1]
+                d0[j] = e
+                d1[j] = o
+            if col + 2 * npair < c1:
+                xs[q, base + (c1 - 1 + pl) // 2] = row[c1 - 1]
+        else:
+            for px in range(sx):  # the columns of phase px: a strided read, a contiguous write
+                first = c0 + (px - (c0 + pl)) % sx
+                if first >= c1:
+                    continue
+                dst = xs[q + px, base + (first + pl) // sx:]
+                for j in range((c1 - first + sx - 1) // sx):
+                    dst[j] = row[first + j * sx]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _clip1(v, lo, hi):  # pragma: no cover - compiled
+    # np.clip's min(max(v, lo), hi), ties kept (clip(-0, 0, 6) is -0): a NaN v (or bound)
+    # stays NaN, lo > hi gives hi
+    m = v if (v != v or v >= lo) else lo
+    return m if (m != m or m <= hi) else hi
 
 
 @njit(cache=True, nogil=True)
-def phase_split(x, out, pt, pl, sy, sx, wq):  # pragma: no cover - compiled
-    # out (N, C, sy*sx, Hq*Wq) <- the input padded by pt rows on top and pl columns on the left
-    # (zeros outside x; negative pads crop), split into its stride phases: padded element
-    # (r, col) lands in phase (r % sy, col % sx) at (r // sy, col // sx)
-    n_batch, c, h, w = x.shape
-    hq = out.shape[3] // wq
+def clip_flat(x, out, lo, hi):  # pragma: no cover - compiled
+    for i in range(x.size):
+        out[i] = _clip1(x[i], lo, hi)
+
+
+@njit(cache=True, nogil=True)
+def hard_sigmoid_flat(x, out, alpha, beta):  # pragma: no cover - compiled
+    # clip(x * alpha + beta, 0, 1), the product and the sum each rounded (no contraction)
+    zero, one = x.dtype.type(0.0), x.dtype.type(1.0)
+    for i in range(x.size):
+        v = x[i] * alpha
+        out[i] = _clip1(v + beta, zero, one)
+
+
+@njit(cache=True, nogil=True)
+def relu_flat(x, out):  # pragma: no cover - compiled
+    # max(x, 0) as np.maximum gives it: NaN stays NaN, -0 becomes +0
+    zero = x.dtype.type(0.0)
+    for i in range(x.size):
+        v = x[i]
+        out[i] = v if v > zero else (v if v != v else zero)
+
+
+@njit(cache=True, nogil=True, fastmath=_FAST)
+def conv2d_grouped(x, w, b, out, pt, pl, sy, sx, hq, wq, qs, offs, kw, band):  # pragma: no cover - compiled
+    # out (N, M, OH, OW) = x (N, C, H, W) padded (pt top, pl left; zeros) convolved by w
+    # (M, C/group, kh*kw) plus b (M,; empty: none), one group at a time in cache: the group's
+    # input channels split into their stride phases (cg, s*s, Hq*Wq; every tap then reads one
+    # phase plane with unit stride), each output channel summed at the phase pitch Wq into a
+    # scratch plane (band by band, in L1) from its bias and copied out row by row.
+    n_batch, c, _, _ = x.shape
+    m, cg, _ = w.shape
+    oh, ow = out.shape[2], out.shape[3]
+    mg = m // (c // cg)
+    span = (oh - 1) * wq + ow
+    xs = np.zeros((cg, sy * sx, hq * wq), x.dtype)
+    wide = np.empty(oh * wq, x.dtype)
+    zero = x.dtype.type(0.0)
     for n in range(n_batch):
-        for ch in range(c):
-            for r in range(hq * sy):
-                py, i = r % sy, r // sy
-                xr = r - pt
-                if xr < 0 or xr >= h:
-                    for px in range(sx):
-                        out[n, ch, py * sx + px, i * wq:(i + 1) * wq] = 0
-                    continue
-                src = x[n, ch, xr]
-                # padded columns wq*sx; x column = col - pl for 0 <= col - pl < w
-                c0 = min(wq * sx, max(0, pl))
-                c1 = max(c0, min(wq * sx, w + pl))
-                for px in range(sx):
-                    row = out[n, ch, py * sx + px, i * wq:(i + 1) * wq]
-                    row[:(c0 - px + sx - 1) // sx if c0 > px else 0] = 0
-                    row[max(0, (c1 - px + sx - 1) // sx):] = 0
-                if sx == 1:
-                    row = out[n, ch, py, i * wq + c0:]
-                    sv = src[c0 - pl:]
-                    for j in range(c1 - c0):
-                        row[j] = sv[j]
-                elif sx == 2:
-                    # whole column pairs [2*j0, 2*j1) inside [c0, c1): one interleaved pass
-                    j0 = (c0 + 1) // 2
-                    j1 = max(j0, c1 // 2)
-                    r0 = out[n, ch, py * 2, i * wq + j0:]
-                    r1 = out[n, ch, py * 2 + 1, i * wq + j0:]
-                    sv = src[2 * j0 - pl:]
-                    for j in range(j1 - j0):
-                        r0[j] = sv[2 * j]
-                        r1[j] = sv[2 * j + 1]
-                    if c0 % 2 == 1 and c0 < c1:  # a leading odd column
-                        out[n, ch, py * 2 + 1, i * wq + c0 // 2] = src[c0 - pl]
-                    if c1 % 2 == 1 and c1 - 1 >= c0 and c1 - 1 >= 2 * j1:  # a trailing even column
-                        out[n, ch, py * 2, i * wq + (c1 - 1) // 2] = src[c1 - 1 - pl]
-                else:
-                    for col in range(c0, c1):
-                        out[n, ch, py * sx + col % sx, i * wq + col // sx] = src[col - pl]
+        for g in range(c // cg):
+            for ci in range(cg):
+                _phase_fill(x[n, g * cg + ci], xs[ci], pt, pl, sy, sx, hq, wq)
+            for oc in range(g * mg, (g + 1) * mg):
+                bv = b[oc] if b.size else zero
+                for i in range(span):
+                    wide[i] = bv
+                for lo in range(0, span, band):
+                    cnt = min(lo + band, span) - lo
+                    _phase_taps_acc(xs, w, oc, wide[lo:lo + cnt], lo, cnt, qs, offs, kw)
+                dst = out[n, oc]
+                for oy in range(oh):
+                    src = wide[oy * wq:]
+                    drow = dst[oy]
+                    for j in range(ow):
+                        drow[j] = src[j]
 
 
 @njit(cache=True, nogil=True)
@@ -294,7 +345,7 @@ def depthwise_nhwc(xp, w, out, sy, sx, dh, dw):  # pragma: no cover - compiled
                             d[ch] += wt[ch] * src[ch]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")  # x / 0 is inf or NaN, as in numpy
 def channel_chain(x, codes, params):  # pragma: no cover - compiled
     # in place on x (N, C, S): per channel row, each op of the chain in turn (the row stays in
     # cache): 0 x*p, 1 x+p, 2 x-p, 3 p-x, 4 x/p, 5 p/x, 6 max(x, 0); p = params[op, channel].
@@ -451,3 +502,24 @@ def gelu_flat(x, out):  # pragma: no cover - compiled
             c = ts[i] * e[i] * scale[i]
             y = _HALF * xi * (c if xi < _ZERO else _TWO - c)
             ob[i] = y if xi == xi else xi
+
+
+@njit(cache=True, nogil=True)
+def shifted_sum(z, zi, offs, b, out, pitch, r0, rows):  # pragma: no cover - compiled
+    # out[0, m, r0 + oy, ox] = b[m] + the sum over taps t (in order) of
+    # z[zi[t], m, oy*pitch + offs[t] + ox] for oy < rows (b empty: no bias): a convolution's
+    # per-tap products, computed as one GEMM per stride phase on the input itself, summed at
+    # their shifts. z (taps, M, L); out (1, M, OH, OW).
+    m_out, ow = out.shape[1], out.shape[3]
+    zero = out.dtype.type(0.0)
+    for m in range(m_out):
+        bv = b[m] if b.size else zero
+        for oy in range(rows):
+            d = out[0, m, r0 + oy]
+            for j in range(ow):
+                d[j] = bv
+            base = oy * pitch
+            for t in range(zi.size):
+                src = z[zi[t], m, base + offs[t]:]
+                for j in range(ow):
+                    d[j] = d[j] + src[j]

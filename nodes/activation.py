@@ -14,7 +14,7 @@ import numpy as np
 
 from nodes._util import broadcast_shapes, norm_axis
 from nodes.elementwise import erf, is_low_float
-from nodes.kernels import compiled_float, gelu32_, hard_swish_, logistic32_
+from nodes.kernels import compiled_float, gelu32_, hard_sigmoid_, hard_swish_, logistic32_, relu_
 from nodes.registry import register, register_spec
 from nodes.spec import (
     ELEMENTWISE_QUANT,
@@ -60,7 +60,7 @@ def softplus(x: np.ndarray) -> np.ndarray:
 
 
 def _relu(x: np.ndarray, a: dict[str, Any]) -> np.ndarray:
-    return np.maximum(x, _scalar(x, 0))
+    return relu_(x) if compiled_float(x) else np.maximum(x, _scalar(x, 0))
 
 
 def _leaky_relu(x: np.ndarray, a: dict[str, Any]) -> np.ndarray:
@@ -72,6 +72,8 @@ def _leaky_relu(x: np.ndarray, a: dict[str, Any]) -> np.ndarray:
 
 
 def _hard_sigmoid(x: np.ndarray, a: dict[str, Any]) -> np.ndarray:
+    if compiled_float(x):
+        return hard_sigmoid_(x, a["alpha"], a["beta"])
     y = x * _scalar(x, a["alpha"])
     y += _scalar(x, a["beta"])
     return np.clip(y, 0, 1, out=y)
@@ -158,13 +160,15 @@ def _sigmoid_in_place(x: np.ndarray, a: dict[str, Any]) -> np.ndarray:
 
 
 def _hard_sigmoid_in_place(x: np.ndarray, a: dict[str, Any]) -> np.ndarray:
+    if x.flags.c_contiguous:
+        return hard_sigmoid_(x, a["alpha"], a["beta"], out=x)
     x *= _scalar(x, a["alpha"])
     x += _scalar(x, a["beta"])
     return np.clip(x, 0, 1, out=x)
 
 
 _IN_PLACE: dict[str, Fn] = {
-    "Relu": lambda x, a: np.maximum(x, _scalar(x, 0), out=x),
+    "Relu": lambda x, a: relu_(x, out=x) if x.flags.c_contiguous else np.maximum(x, _scalar(x, 0), out=x),
     "Tanh": lambda x, a: np.tanh(x, out=x),
     "Sigmoid": _sigmoid_in_place,
     "HardSigmoid": _hard_sigmoid_in_place,

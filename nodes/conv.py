@@ -19,7 +19,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from nodes._util import prod, static_dims
-from nodes.kernels import conv2d_phases
+from nodes.kernels import conv2d_phases, conv2d_shifted, per_channel_, shifted_weights
 from nodes.registry import register
 from nodes.rules import WINDOW_RULES
 from nodes.spec import (
@@ -308,9 +308,22 @@ def _im2col_matmul(view: np.ndarray, wk: np.ndarray, n_batch: int, group: int, r
     return np.matmul(wk, cols[:, 0]) if group == 1 else np.matmul(wk, cols)
 
 
+SHIFTED_MIN_RATIO = 2
+"""Stride-1 dense 2-D convolutions with at least SHIFTED_MIN_RATIO times more input than output
+channels skip im2col (nodes.kernels.conv2d_shifted): per-tap GEMMs on the padded input itself,
+summed at their shifts. Measured (BLAS 1 thread, side by side): 96 -> 24 channels 3x3 on 80x80
+5.76 -> 5.05 ms, 24 -> 12 2x2 on 160x160 2.17 -> 1.63, 128 -> 32 3x3 on 28x28 1.63 -> 1.17,
+on 56x56 5.96 -> 5.36; slower with as many outputs as inputs (64 -> 64 on 56x56: 4.7 -> 7.2)
+and at stride 2 (48 -> 24 on 160x160: 4.9 -> 5.3); even with 64 outputs (128 -> 64 on 20x20: 1.26 -> 1.40,
+256 -> 64 on 10x10: 0.87 -> 0.88), hence at most SHIFTED_MAX_OUT output channels."""
+SHIFTED_MAX_OUT = 32
+
+
 def conv_nd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequence[int],
-            dils: Sequence[int], pb: Sequence[int], pe: Sequence[int], group: int) -> np.ndarray:
-    """N-D grouped convolution of NC... ``x`` with (M, C/group, *k) ``w``; returns compute dtype."""
+            dils: Sequence[int], pb: Sequence[int], pe: Sequence[int], group: int,
+            cache: dict | None = None) -> np.ndarray:
+    """N-D grouped convolution of NC... ``x`` with (M, C/group, *k) ``w``; returns compute dtype.
+    ``cache`` (a kernel's per-node cache) keeps weights prepared for the shifted form."""
     cdt = compute_dtype(x.dtype)
     x = x.astype(cdt, copy=False)
     w = w.astype(cdt, copy=False)
@@ -337,6 +350,14 @@ def conv_nd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequenc
     ktot = prod(kernel)
     if group > 1 and ktot > 1 and len(kernel) == 2 and cg * mg <= DIRECT_GROUP_WIDTH:
         return conv2d_phases(x, w, b, strides, dils, (*pb, *pe), out)
+    if (group == 1 and ktot > 1 and len(kernel) == 2 and tuple(strides) == (1, 1) and m <= SHIFTED_MAX_OUT
+            and c_in >= SHIFTED_MIN_RATIO * m):
+        prep = cache.get("shifted") if cache is not None else None
+        if prep is None or prep[0] is not w or prep[1] != tuple(dils):
+            prep = (w, tuple(dils), shifted_weights(w, strides, dils))
+            if cache is not None:
+                cache["shifted"] = prep
+        return conv2d_shifted(x, prep[2], b, strides, (*pb, *pe), out)
     xp = pad_spatial(x, pb, pe)
     if ktot == 1:
         xs = tap_view(xp, [0] * len(kernel), out, strides, dils)
@@ -362,7 +383,22 @@ def conv_nd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequenc
                 y[:, :, r0:r0 + rows] = yb.reshape(n_batch, m, -1, *out[1:])
     y = y.reshape(n_batch, m, *out)
     if b is not None:
-        y += b.astype(cdt, copy=False).reshape((1, m) + (1,) * len(out))
+        add_bias(y, b.astype(cdt, copy=False))
+    return y
+
+
+BIAS_ROW_MAX = 4096
+
+
+def add_bias(y: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``y += b`` per output channel (axis 1), in place: channel rows up to BIAS_ROW_MAX long in one
+    compiled pass per row (nodes.kernels.per_channel_; numpy's broadcast add measured 15.8 vs 9.9
+    us on 200 channels of 192), longer ones by numpy's broadcast (as fast there: 96 x 6400).
+    The same sums either way."""
+    m = y.shape[1]
+    if y.size > BIAS_ROW_MAX * m * y.shape[0] or \
+            per_channel_("Add", y, b.reshape((1, m) + (1,) * (y.ndim - 2)), True) is None:
+        y += b.reshape((1, m) + (1,) * (y.ndim - 2))
     return y
 
 
@@ -403,24 +439,21 @@ class ConvSpec(OpSpec):
         """im2col + matmul per group; a pointwise convolution of one image is one matmul."""
         fast = ctx.cache.get("pointwise")
         if fast is not None and fast[0] is w and fast[1] is b and fast[2] == x.shape and fast[3] == x.dtype:
-            y = np.matmul(fast[4], x.reshape(fast[5]))
-            if fast[6] is not None:
-                y += fast[6]
-            return y.reshape(fast[7])
+            y = np.matmul(fast[4], x.reshape(fast[5])).reshape(fast[7])
+            return y if fast[6] is None else add_bias(y, fast[6])
         key = (x.shape, w.shape)
         geom = ctx.cache.get(key)
         if geom is None:
             geom = ctx.cache[key] = (*conv_geometry(ctx.attrs, x.shape, w.shape), int(ctx.attrs["group"]))
         strides, dils, pb, pe, group = geom
-        y = conv_nd(x, w, b, strides, dils, pb, pe, group).astype(x.dtype, copy=False)
+        y = conv_nd(x, w, b, strides, dils, pb, pe, group, ctx.cache).astype(x.dtype, copy=False)
         if (group == 1 and x.shape[0] == 1 and x.ndim >= 3 and x.dtype in (np.float32, np.float64)
                 and w.dtype == x.dtype and (b is None or b.dtype == x.dtype) and w.shape[2:] == (1,) * (x.ndim - 2)
                 and not any(pb) and not any(pe) and all(s == 1 for s in strides)):
             # the same matmul and bias add conv_nd ran, without its per-call geometry work (the
             # check above ran once: conv_nd raised on a bad weight or bias)
             m = w.shape[0]
-            ctx.cache["pointwise"] = (w, b, x.shape, x.dtype, w.reshape(m, -1), (x.shape[1], -1),
-                                      None if b is None else b.reshape(m, 1), y.shape)
+            ctx.cache["pointwise"] = (w, b, x.shape, x.dtype, w.reshape(m, -1), (x.shape[1], -1), b, y.shape)
         return y
 
     def gemm(self, ctx: NodeContext) -> list[Gemm] | None:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from nodes._util import broadcast_infer, broadcast_shapes, same_as_input
-from nodes.kernels import erf32_
+from nodes.kernels import CHANNEL_CODES, clip_, compiled_float, erf32_, per_channel_
 from nodes.polyfit import ERF_NEAR, fit_poly
 from nodes.registry import register, register_spec
 from nodes.rules import pow_exponent
@@ -116,6 +116,10 @@ class BinarySpec(FnSpec):
         elif ctx.donate >= 0 and a.dtype == b.dtype and a.dtype in _NATIVE_FLOATS:
             target = b if ctx.donate else a
             if target.shape == np.broadcast_shapes(a.shape, b.shape):
+                if self.op_type in CHANNEL_CODES:  # by one value per channel: one compiled pass
+                    res = per_channel_(self.op_type, target, a if ctx.donate else b, not ctx.donate)
+                    if res is not None:
+                        return res
                 return self.ufunc(a, b, out=target)  # type: ignore[misc]
         out = np.asarray(self.fn(a, b))
         if self.out_dtype is None and out.dtype != a.dtype:
@@ -418,6 +422,7 @@ class ClipSpec(OpSpec):
     family = "elementwise"
     quant = QuantSpec("elementwise", float_inputs=frozenset({1, 2}), epilogue=True)  # Relu6 in a Conv
     doc = "Clamp every element to [min, max]; when min > max every element becomes max."
+    inplace = True  # writes into a donated float input (ctx.donate == 0)
     inputs = (Port("input"), Port("min", optional=True), Port("max", optional=True))
     outputs = (Port("output"),)
     attrs = (
@@ -446,8 +451,11 @@ class ClipSpec(OpSpec):
         hi_a = _bound(hi, xc.dtype, "max")
         if lo_a is None and hi_a is None:
             return x
-        if lo_a is not None and hi_a is not None:
-            out = np.clip(xc, lo_a, hi_a)  # min > max gives max everywhere, as ONNX specifies
+        if lo_a is not None and hi_a is not None:  # min > max gives max everywhere, as ONNX specifies
+            if compiled_float(xc):  # np.clip's values in one compiled pass, into a donated input
+                out = clip_(xc, lo_a, hi_a, out=xc if ctx.donate == 0 and xc is x else None)
+            else:
+                out = np.clip(xc, lo_a, hi_a)
         elif lo_a is not None:
             out = np.maximum(xc, lo_a)
         else:

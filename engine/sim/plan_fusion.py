@@ -43,13 +43,14 @@ import numpy as np
 
 from engine.passes.fuse_bn import bn_affine
 from nodes import registry
+from nodes.kernels import CHANNEL_CODES
 from nodes.spec import RunContext
 
 FRESH_PRODUCERS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "BatchNormalization"})
 """Default-domain ops whose kernel always returns a buffer nothing else holds (a new one, or for
 BatchNormalization its donated dying input)."""
 
-CHANNEL_OPS = {"Mul": (0, 0), "Add": (1, 1), "Sub": (2, 3), "Div": (4, 5)}
+CHANNEL_OPS = CHANNEL_CODES
 """Binary ops a channel chain takes: (code with the chained value first, code with it second)."""
 
 

@@ -273,3 +273,24 @@ def test_per_channel_chains_run_as_one_pass_with_the_op_by_op_numbers():
         np.testing.assert_array_equal(got, op_by_op)
     assert (op_by_op == 0).any() and (op_by_op > 0).any()
     np.testing.assert_allclose(runs[-1], _ort(model, feeds)["y"], rtol=1e-5, atol=1e-5)
+
+
+def test_a_channel_chain_dividing_by_a_zero_constant_gives_infinities_without_falling_back():
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((3, 2, 1, 1)).astype(np.float32)
+    scale = np.array([1.5, 2.0, -1.0], np.float32).reshape(1, 3, 1, 1)
+    div = np.array([2.0, 0.0, 4.0], np.float32).reshape(1, 3, 1, 1)  # channel 1 divided by zero
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Mul", ["c", "s"], ["m"]),
+             helper.make_node("Div", ["m", "d"], ["y"])]
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(scale, "s"), numpy_helper.from_array(div, "d")]
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 4, 4])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal((1, 2, 4, 4)).astype(np.float32)
+    ex = Executor(engine.load(model))
+    want = _ort(model, {"x": x})["y"]
+    for _ in range(3):  # the first run builds the chain's parameters, the next ones run it compiled
+        np.testing.assert_allclose(ex.run({"x": x})["y"], want, rtol=1e-6)
+    assert np.isinf(want[0, 1]).all()
+    assert _fused_steps(ex) == ["Conv"]
+    assert ex.fused_fallbacks == 0

@@ -3,7 +3,9 @@
 Depthwise and small-group convolutions take the direct kernel: checked against the obviously
 right loop (tests/nodes/test_conv.py's naive_conv) and onnxruntime over strides, dilations,
 pads, channel multipliers and batch. erf/Gelu against float64 erf; HardSwish against its
-formula; the JIT cache lands where NUMBA_CACHE_DIR says.
+formula; the JIT cache lands where NUMBA_CACHE_DIR says. Dense convs with few outputs (the
+shifted per-tap GEMMs) against the naive loop and onnxruntime; Relu, Clip, HardSigmoid and
+arithmetic by one value per channel against numpy, bit for bit (NaN, signed zeros, zero divisors).
 """
 
 from __future__ import annotations
@@ -19,8 +21,18 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import engine
-from nodes.conv import DIRECT_GROUP_WIDTH
-from nodes.kernels import erf32_, gelu32_, hard_swish_, logistic32_, silu32_
+from nodes.conv import DIRECT_GROUP_WIDTH, SHIFTED_MAX_OUT, SHIFTED_MIN_RATIO
+from nodes.kernels import (
+    clip_,
+    erf32_,
+    gelu32_,
+    hard_sigmoid_,
+    hard_swish_,
+    logistic32_,
+    per_channel_,
+    relu_,
+    silu32_,
+)
 from tests.nodes.test_conv import _conv_graph, naive_conv
 
 # (x shape, group, channels out per group, kernel, attrs): all take the direct kernel
@@ -63,6 +75,75 @@ def test_depthwise_and_small_group_convs_match_the_naive_loop_and_onnxruntime(x_
         opset_imports=[helper.make_opsetid("", 17)])
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(ours, sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
+# (x shape, out channels, kernel, attrs): dense stride-1 convs that take the shifted per-tap GEMMs
+_SHIFTED = [
+    ((1, 16, 12, 13), 8, (3, 3), {"pads": [1, 1, 1, 1]}),
+    ((2, 12, 9, 10), 4, (2, 2), {"pads": [0, 0, 1, 1]}),  # batch 2, PaddleOCR's uneven 2x2 pads
+    ((1, 8, 11, 9), 3, (3, 2), {"dilations": [2, 3], "pads": [2, 1, 0, 2]}),
+    ((1, 64, 40, 40), 32, (3, 3), {"pads": [1, 1, 1, 1]}),  # more than one band of per-tap products
+]
+
+
+@pytest.mark.parametrize(("x_shape", "m", "kernel", "attrs"), _SHIFTED)
+def test_dense_convs_with_few_outputs_match_the_naive_loop_and_onnxruntime(x_shape, m, kernel, attrs):
+    assert x_shape[1] >= SHIFTED_MIN_RATIO * m and m <= SHIFTED_MAX_OUT  # the case takes the shifted form
+    rng = np.random.default_rng(sum(x_shape) + m)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal((m, x_shape[1], *kernel)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    ours = engine.execute(_conv_graph(list(x_shape), w, b, **attrs), {"x": x})["y"]
+    want = naive_conv(x, w, b, None, attrs.get("pads"), attrs.get("dilations"))
+    np.testing.assert_allclose(ours, want, rtol=1e-5, atol=1e-4)
+    model = helper.make_model(
+        helper.make_graph([helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          initializer=[numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(ours, sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-4)
+
+
+def _special(dtype) -> np.ndarray:
+    edge = [-0.0, 0.0, np.nan, -np.inf, np.inf, 1e-45, -1e-45, 1.0, -1.0, 6.0, 2.5, -2.5]
+    rest = np.random.default_rng(3).standard_normal(500) * 5
+    return np.concatenate([edge, rest]).astype(dtype)
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> None:
+    np.testing.assert_array_equal(a, b)  # NaN equals NaN here
+    np.testing.assert_array_equal(np.signbit(a), np.signbit(b))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_relu_clip_and_hard_sigmoid_give_numpys_values_bit_for_bit(dtype):
+    x = _special(dtype)
+    _same_bits(relu_(x), np.maximum(x, dtype(0)))
+    for lo, hi in ((0, 6), (-1, 1), (2, 1), (-0.0, 0.0), (0, np.inf)):  # min > max gives max everywhere
+        _same_bits(clip_(x, lo, hi), np.clip(x, dtype(lo), dtype(hi)))
+    y = x * dtype(0.2)
+    y += dtype(0.5)
+    _same_bits(hard_sigmoid_(x, 0.2, 0.5), np.clip(y, 0, 1))
+    z = x.copy()
+    assert relu_(z, out=z) is z
+    _same_bits(z, np.maximum(x, dtype(0)))
+
+
+@pytest.mark.parametrize(("op", "fn"), [("Mul", np.multiply), ("Add", np.add), ("Sub", np.subtract), ("Div", np.divide)])
+def test_arithmetic_by_one_value_per_channel_gives_numpys_values_and_divides_by_zero_like_numpy(op, fn):
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 5, 3, 4)).astype(np.float32)
+    x[0, 0, 0, :2] = (0.0, np.nan)
+    p = rng.standard_normal((1, 5, 1, 1)).astype(np.float32)
+    p[0, 1] = 0.0
+    with np.errstate(all="ignore"):
+        for x_first in (True, False):
+            want = fn(x, p) if x_first else fn(p, x)
+            _same_bits(per_channel_(op, x.copy(), p, x_first), want)
+            _same_bits(per_channel_(op, x.copy(), p.reshape(5, 1, 1), x_first), want)
+    assert per_channel_(op, x.copy(), p.reshape(1, 1, 5, 1), True) is None  # not one value per channel
 
 
 def test_depthwise_conv_in_float64_stays_float64_and_exact():
