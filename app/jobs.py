@@ -1,12 +1,12 @@
 """The long jobs of the editor, run in worker threads (see app/workers.py): loading a model
 or project and laying it out, laying out again, and compiling (optimize + place).
 
-Opening an .onnx file runs on both cores: once a thread of the editor has read the graph, the
-worker process (app/worker_process.py) lays it out from the snapshot that thread took and runs
-onnx's checker on the file (``open_layout_job``; the checker holds the GIL for its whole run,
-0.2-0.3 s on 50,000 nodes, which the GUI thread would wait for), while the thread verifies and
-infers the graph. Snapshot and layout cross as a few arrays. The editor lays out itself when
-the worker cannot (still starting, or gone).
+Opening an .onnx file runs on both cores: the worker process (app/worker_process.py) runs
+onnx's checker on the file while a thread of the editor reads it (``open_check_job``; the checker
+holds the GIL for its whole run, 0.2-0.3 s on 50,000 nodes, which the GUI thread would wait for),
+then lays the graph out from the snapshot that thread took as soon as the graph was read
+(``open_layout_job``) while the thread verifies and infers it. Snapshot and layout cross as a few
+arrays. The editor checks and lays out itself when the worker cannot (still starting, or gone).
 """
 
 from __future__ import annotations
@@ -56,8 +56,7 @@ class LoadedModel:
 def load_job(control: TaskControl, path: str | Path, shapes: dict[str, tuple[int, ...]] | None = None,
              remote: Any = None) -> LoadedModel:
     """Read ``path`` (.onnx or .npuproj), then lay it out; ``remote``, when given, is the worker
-    process's ``open_layout_job`` (not started: this starts it once the graph is read; see the
-    module docstring)."""
+    process's part of opening an .onnx file (a ``WorkerOpen``; see the module docstring)."""
     with collections_paused():
         try:
             return _load(control, Path(path), shapes, remote)
@@ -132,12 +131,33 @@ class PackedLayout:
                             self.crossings, self.index)
 
 
-def open_layout_job(control: TaskControl, data: PackedInput, path: str) -> PackedLayout:
-    """In the worker process, while the editor verifies and infers the graph it read from ``path``:
-    lay out the snapshot it took, then run onnx's checker on the file (see the module docstring)."""
+class WorkerOpen:
+    """The worker process's part of an open: onnx's checker on the file (sent at once, so it runs
+    while the editor reads) and the layout (``layout.args`` set and sent once the graph is read)."""
+
+    def __init__(self, check: Any, layout: Any) -> None:
+        self.check, self.layout = check, layout
+
+    def cancel(self) -> None:
+        self.check.cancel()
+        self.layout.cancel()
+
+
+def open_check_job(control: TaskControl, path: str) -> float:
+    """In the worker process, while the editor reads ``path``: onnx's checker on it (seconds taken)."""
     import time
 
     from engine import loader
+
+    t0 = time.perf_counter()
+    loader.check_file(path)
+    return time.perf_counter() - t0
+
+
+def open_layout_job(control: TaskControl, data: PackedInput) -> PackedLayout:
+    """In the worker process, while the editor verifies and infers the graph: lay out the snapshot
+    it took (see the module docstring)."""
+    import time
 
     with collections_paused():
         t0 = time.perf_counter()
@@ -145,29 +165,27 @@ def open_layout_job(control: TaskControl, data: PackedInput, path: str) -> Packe
             result = layered_layout(data.unpacked(), cancelled=control.cancelled)
         except LayoutCancelled:
             raise Cancelled() from None
-        t1 = time.perf_counter()
-        loader.check_file(path)
         packed = PackedLayout.of(result)
-        packed.seconds = {"layout": t1 - t0, "check": time.perf_counter() - t1}
+        packed.seconds = {"layout": time.perf_counter() - t0}
         return packed
 
 
-def _remote_layout(control: TaskControl, remote: Any) -> LayoutResult | None:
+def _remote_layout(control: TaskControl, remote: WorkerOpen, path: Path) -> LayoutResult | None:
     """The worker process's layout (None when it has none: the editor lays out); its refusal of
     the model (onnx's checker) is raised here."""
+    from engine import loader
     from engine.errors import ModelError
 
-    while not remote.done.wait(0.02):
-        control.check()
-    if remote.error is not None and not remote.internal_error:
-        raise ModelError(remote.error)
-    packed = remote.result
-    if not isinstance(packed, PackedLayout):  # cancelled, or the worker failed (logged there)
-        from engine import loader
-
-        loader.check_file(remote.args[1])  # what it did not check, then lay out here
-        return None
-    return packed.unpacked()
+    for task in (remote.check, remote.layout):
+        while not task.done.wait(0.02):
+            control.check()
+    check = remote.check
+    if check.error is not None and not check.internal_error:
+        raise ModelError(check.error)
+    if not isinstance(check.result, float):  # cancelled, or the worker failed (logged there)
+        loader.check_file(path)
+    packed = remote.layout.result
+    return packed.unpacked() if isinstance(packed, PackedLayout) else None
 
 
 def _load(control: TaskControl, path: Path, shapes: dict[str, tuple[int, ...]] | None, remote: Any = None
@@ -192,8 +210,8 @@ def _load(control: TaskControl, path: Path, shapes: dict[str, tuple[int, ...]] |
     else:
         def structure(graph: Graph) -> None:  # read, not yet verified nor inferred: the worker lays it out
             snapshots.append(take_snapshot(graph))
-            remote.args = (PackedInput.of(snapshots[0].data), str(path))
-            remote.start()
+            remote.layout.args = (PackedInput.of(snapshots[0].data),)
+            remote.layout.start()
 
         graph = engine.load(path, shapes=shapes or None, check=remote is None,  # else the worker checks
                             structure=structure if remote is not None else None)
@@ -203,7 +221,7 @@ def _load(control: TaskControl, path: Path, shapes: dict[str, tuple[int, ...]] |
     base = project.base if project is not None and project.base is not None else projects.fingerprint(graph)
     t1 = time.perf_counter()
     control.progress(0.35, "laying out")
-    result = _remote_layout(control, remote) if snapshots else None
+    result = _remote_layout(control, remote, path) if snapshots else None
     if result is None:
         snapshot, result = layout_job(control, graph, (), base=0.35)
     else:
@@ -211,8 +229,10 @@ def _load(control: TaskControl, path: Path, shapes: dict[str, tuple[int, ...]] |
         result.key_routes = routes_by_key(snapshot, result)
     t2 = time.perf_counter()
     seconds = {"load": t1 - t0, "layout": t2 - t1}
-    if snapshots and isinstance(remote.result, PackedLayout):  # laid out there
-        seconds.update({f"worker {k}": v for k, v in remote.result.seconds.items()})
+    if snapshots and isinstance(remote.layout.result, PackedLayout):  # laid out there
+        seconds.update({f"worker {k}": v for k, v in remote.layout.result.seconds.items()})
+        if isinstance(remote.check.result, float):
+            seconds["worker check"] = remote.check.result
     from engine import editing
 
     return LoadedModel(graph, model_path, sha, project, project_path, snapshot, result,

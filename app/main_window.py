@@ -280,7 +280,8 @@ class MainWindow(QMainWindow):
         self._show_progress(0.0, f"opening {path.name}")
         # The worker process lays an .onnx file out while a thread here reads it (app/jobs.py); not
         # while that process is still starting (a model given at start-up): then the thread does.
-        remote = (ProcessTask(jobs.open_layout_job, name="open layout")
+        remote = (jobs.WorkerOpen(ProcessTask(jobs.open_check_job, str(path), name="open check").start(),
+                                  ProcessTask(jobs.open_layout_job, name="open layout"))
                   if path.suffix.lower() == ".onnx" and worker().accepting.is_set() else None)
         task = Task(jobs.load_job, path, shapes, remote, name="load")
         task.signals.progress.connect(self._show_progress)

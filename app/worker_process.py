@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 KEEP = 6  # results kept in both processes, for later jobs and results that refer to them
 STOP_TIMEOUT_S = 1.0
 JOB_THREADS = 4
-EARLY_JOBS = frozenset({"open layout"})  # task names of jobs that need no kernel: they run beside the warm-up
+EARLY_JOBS = frozenset({"open check", "open layout"})  # task names of jobs that need no kernel: they run beside the warm-up
 WARM_UP = ("engine.compiler", "engine.passes.pipeline", "engine.quant.api", "engine.sim.timeline",
            "engine.sim.thermal", "engine.sim.stream", "engine.sim.executor", "app.analysis_jobs", "app.jobs")
 
