@@ -280,3 +280,95 @@ def place_flow(flow, flow_at, passes, x, live, width, gap, n_real, lu, lv, up_at
     for k in range(depth):
         _place_row(flow, flow_at[k], flow_at[k + 1], True, True, x, live, width, gap, n_real, lu, lv, up_at,
                    up_link, down_at, down_link)
+
+
+@njit(cache=True, nogil=True)
+def _csr(n, a, b):
+    """Per node ``x``: the ``b`` of the edges whose ``a`` is ``x``, in edge order (CSR)."""
+    at = np.zeros(n + 1, dtype=np.int64)
+    for e in range(len(a)):
+        at[a[e] + 1] += 1
+    for v in range(n):
+        at[v + 1] += at[v]
+    fill = at[:-1].copy()
+    out = np.empty(len(a), dtype=np.int64)
+    for e in range(len(a)):
+        out[fill[a[e]]] = b[e]
+        fill[a[e]] += 1
+    return at, out
+
+
+@njit(cache=True, nogil=True)
+def kahn_order(n, eu, ev):
+    """A topological order of the edges ``eu[i] -> ev[i]`` (a stack of ready nodes, the lowest
+    index first; successors in edge order); nodes on cycles are released in index order."""
+    succ_at, succ = _csr(n, eu, ev)
+    indeg = np.zeros(n, dtype=np.int64)
+    for e in range(len(ev)):
+        indeg[ev[e]] += 1
+    stack = np.empty(2 * n + 1, dtype=np.int64)
+    top = 0
+    for v in range(n - 1, -1, -1):
+        if indeg[v] == 0:
+            stack[top] = v
+            top += 1
+    done = np.zeros(n, dtype=np.bool_)
+    order = np.empty(n, dtype=np.int64)
+    k = 0
+    while True:
+        while top > 0:
+            top -= 1
+            u = stack[top]
+            if done[u]:
+                continue
+            done[u] = True
+            order[k] = u
+            k += 1
+            for j in range(succ_at[u + 1] - 1, succ_at[u] - 1, -1):
+                v = succ[j]
+                indeg[v] -= 1
+                if indeg[v] == 0:
+                    stack[top] = v
+                    top += 1
+        if k == n:
+            return order
+        stuck = 0  # a cycle: release the first stuck node and go on
+        while done[stuck]:
+            stuck += 1
+        indeg[stuck] = 0
+        stack[top] = stuck
+        top += 1
+
+
+@njit(cache=True, nogil=True)
+def assign_layers(n, order, du, dv, pinned):
+    """Layer of every node (longest path from the sources) and whether it depends on a graph
+    input ("live"); what does not (constants, weights made by ConstantOfShape -> Unsqueeze) is
+    then pulled down to just above its first consumer."""
+    pred_at, pred = _csr(n, dv, du)
+    succ_at, succ = _csr(n, du, dv)
+    layer = np.zeros(n, dtype=np.int64)
+    live = np.zeros(n, dtype=np.bool_)
+    for v in order:
+        top = -1
+        alive = pinned[v]
+        for j in range(pred_at[v], pred_at[v + 1]):
+            u = pred[j]
+            top = max(top, layer[u])
+            alive = alive or live[u]
+        layer[v] = top + 1
+        live[v] = alive
+    if not live.any():
+        live[:] = True  # no graph inputs: everything is data flow
+        return layer, live
+    for i in range(n - 1, -1, -1):
+        v = order[i]
+        if not live[v] and succ_at[v + 1] > succ_at[v]:
+            low = layer[succ[succ_at[v]]]
+            for j in range(succ_at[v], succ_at[v + 1]):
+                low = min(low, layer[succ[j]])
+            layer[v] = low - 1
+    low = layer.min()
+    if low < 0:
+        layer -= low
+    return layer, live

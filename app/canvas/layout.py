@@ -144,34 +144,31 @@ def layered_layout(data: LayoutInput, progress: Progress | None = None,
     n = len(data.sizes)
     if n == 0:
         return LayoutResult([], {}, [], 0.0, 0.0, 0)
-    edges, ports = _clean_edges(n, data.edges, data.ports)
+    from app.canvas import _layout_jit as jit
+
+    eu, ev, ports = _clean_edges(n, data.edges, data.ports)
     progress(0.02, "ordering")
-    order = _kahn_order(n, edges)
-    rank = [0] * n
-    for i, v in enumerate(order):
-        rank[v] = i
+    order = jit.kahn_order(n, eu, ev)
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n)
     # Edges that go backwards in the order (cycles) are reversed for layering.
-    dag = [(u, v) if rank[u] < rank[v] else (v, u) for u, v in edges]
-    dag_ports = [p if rank[u] < rank[v] else (0.0, 0.0) for (u, v), p in zip(edges, ports)]
-    succ: list[list[int]] = [[] for _ in range(n)]
-    pred: list[list[int]] = [[] for _ in range(n)]
-    for u, v in dag:
-        succ[u].append(v)
-        pred[v].append(u)
-    layer, live = _assign_layers(n, order, succ, pred, data.pinned_top)
+    forward = rank[eu] < rank[ev]
+    du, dv = np.where(forward, eu, ev), np.where(forward, ev, eu)
+    dp = np.where(forward[:, None], ports, 0.0)
+    pinned = np.zeros(n, dtype=np.bool_)
+    pinned[[v for v in data.pinned_top if 0 <= v < n]] = True
+    layer, live = jit.assign_layers(n, order, du, dv, pinned)
     _check(cancelled)
     # A large graph's linear chains are laid out as one box each (app/canvas/chains.py).
-    chains = collapse_chains(n, order, dag, dag_ports, succ, pred, layer, live, data.sizes, data.pinned_top,
-                             LAYER_GAP) if n > LARGE else None
+    chains = collapse_chains(order, du, dv, dp, layer, live, data.sizes, pinned, LAYER_GAP) if n > LARGE else None
     sizes: Sequence[tuple[float, float]] = data.sizes
     if chains is not None:
         m = len(chains.members)
-        succ, pred = [[] for _ in range(m)], [[] for _ in range(m)]
-        for u, v in chains.dag:
-            succ[u].append(v)
-            pred[v].append(u)
-        layer, live = _assign_layers(m, chains.order, succ, pred, chains.pinned)
+        layer, live = jit.assign_layers(m, np.arange(m), chains.du, chains.dv, chains.pinned_mask)
         dag, dag_ports, sizes = chains.dag, chains.ports, chains.sizes
+    else:
+        dag, dag_ports = list(zip(du.tolist(), dv.tolist())), list(zip(dp[:, 0].tolist(), dp[:, 1].tolist()))
+    layer, live = layer.tolist(), live.tolist()
     progress(0.1, "routing long edges")
     graph = _LayerGraph(len(sizes), layer, live)
     graph.build(dag, dag_ports, sizes)
@@ -206,69 +203,20 @@ def _check(cancelled: Callable[[], bool]) -> None:
 
 
 def _clean_edges(n: int, edges: Sequence[tuple[int, int]], ports: Sequence[tuple[float, float]] | None
-                 ) -> tuple[list[tuple[int, int]], list[tuple[float, float]]]:
-    seen: set[tuple[int, int]] = set()
-    out = []
-    out_ports = []
-    for i, (u, v) in enumerate(edges):
-        if u == v or not (0 <= u < n and 0 <= v < n) or (u, v) in seen:
-            continue
-        seen.add((u, v))
-        out.append((u, v))
-        out_ports.append(ports[i] if ports is not None and i < len(ports) else (0.0, 0.0))
-    return out, out_ports
-
-
-def _kahn_order(n: int, edges: list[tuple[int, int]]) -> list[int]:
-    """A topological order; nodes on cycles are appended in index order."""
-    indeg = [0] * n
-    succ: list[list[int]] = [[] for _ in range(n)]
-    for u, v in edges:
-        succ[u].append(v)
-        indeg[v] += 1
-    ready = [v for v in range(n) if indeg[v] == 0]
-    ready.reverse()
-    order: list[int] = []
-    done = [False] * n
-    while True:
-        while ready:
-            u = ready.pop()
-            if done[u]:
-                continue
-            done[u] = True
-            order.append(u)
-            for v in reversed(succ[u]):
-                indeg[v] -= 1
-                if indeg[v] == 0:
-                    ready.append(v)
-        if len(order) == n:
-            return order
-        # A cycle: release the first stuck node and go on.
-        stuck = next(v for v in range(n) if not done[v])
-        indeg[stuck] = 0
-        ready.append(stuck)
-
-
-def _assign_layers(n: int, order: list[int], succ: list[list[int]], pred: list[list[int]],
-                   pinned_top: set[int]) -> tuple[list[int], list[bool]]:
-    """Layer of every node, and whether it depends on a graph input ("live")."""
-    layer = [0] * n
-    for v in order:
-        if pred[v]:
-            layer[v] = max(layer[u] for u in pred[v]) + 1
-    # Whatever does not depend on a graph input (constants, weights made by ConstantOfShape
-    # -> Unsqueeze chains, ops without inputs) is computed as late as possible: each such
-    # subtree hangs just above its first consumer instead of forming a row at the top.
-    live = [False] * n
-    for v in order:
-        live[v] = v in pinned_top or any(live[u] for u in pred[v])
-    if not any(live):
-        return layer, [True] * n  # no graph inputs: everything is data flow
-    for v in reversed(order):
-        if not live[v] and succ[v]:
-            layer[v] = min(layer[w] for w in succ[v]) - 1
-    low = min(layer)
-    return ([x - low for x in layer] if low < 0 else layer), live
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The edges without self-loops, out-of-range ends and repeats (the first kept, in order),
+    as sources, targets and their ports ((0, 0) where ``ports`` has none)."""
+    m = len(edges)
+    ends = np.fromiter(itertools.chain.from_iterable(edges), dtype=np.int64, count=2 * m).reshape(m, 2)
+    at = np.zeros((m, 2))
+    if ports is not None and len(ports):
+        k = min(m, len(ports))
+        at[:k] = np.fromiter(itertools.chain.from_iterable(ports[:k]), dtype=float, count=2 * k).reshape(k, 2)
+    u, v = ends[:, 0], ends[:, 1]
+    ok = np.flatnonzero((u != v) & (u >= 0) & (u < n) & (v >= 0) & (v < n))
+    _, first = np.unique(u[ok] * n + v[ok], return_index=True)
+    keep = ok[np.sort(first)]
+    return u[keep].copy(), v[keep].copy(), at[keep]
 
 
 class _LayerGraph:
