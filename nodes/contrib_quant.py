@@ -21,6 +21,7 @@ import numpy as np
 from nodes._util import broadcast_shapes
 from nodes.matmul import matmul_shape
 from nodes.pooling import AveragePoolSpec
+from nodes.quant_kernels import SMALL_M, QuantizedGemm
 from nodes.quant_ops import (
     DequantizeLinearSpec,
     IntOperand,
@@ -34,7 +35,7 @@ from nodes.quant_ops import (
     quantize_linear,
     requantize,
 )
-from nodes.recurrent import LSTMSpec, _clipper, _RecurrentSpec
+from nodes.recurrent import LSTMSpec, _clipper, _RecurrentSpec, lstm_cell
 from nodes.registry import register
 from nodes.spec import AttrSpec, NodeContext, OpError, OpSpec, Port, RunContext, Work
 from nodes.types import TensorType
@@ -466,12 +467,31 @@ class MatMulIntegerToFloatSpec(_IntToFloatSpec):
         return self._finish(a, _row_param(a_zp, a.ndim), b, b_zp, scale, bias)
 
 
-def _qgemm_float(x: np.ndarray, wq: IntOperand, w_s: np.ndarray) -> np.ndarray:
+def _qgemm_float(x: np.ndarray, wq: IntOperand, w_s: np.ndarray, add: np.ndarray | None = None,
+                 fast: QuantizedGemm | None = None) -> np.ndarray:
     """x (float, M x K) @ wq (centered int8, K x N) the way onnxruntime's quantized RNN GEMM
-    computes it: x quantized to uint8 from its own range, exact integer product, * x_scale * w_scale."""
+    computes it: x quantized to uint8 from its own range, exact integer product, * x_scale *
+    w_scale (+ ``add``, e.g. the step's input projection). The compiled kernel (``fast``, or
+    one made here for a few rows) where it applies, with the same numbers; else numpy."""
+    if fast is None and x.ndim == 2 and x.shape[0] <= SMALL_M:
+        fast = _small_gemm(wq, w_s)
+    if fast is not None:
+        y = fast(x, add)
+        if y is not None:
+            return y
     qx, sx, zx = dynamic_quantize_u8(x)
     acc = int_matmul(_centered(qx, np.asarray(zx)), wq)
-    return acc.astype(np.float32) * (np.float32(sx) * w_s)
+    y = acc.astype(np.float32) * (np.float32(sx) * w_s)
+    return y if add is None else add + y
+
+
+def _small_gemm(wq: IntOperand, w_s: np.ndarray) -> QuantizedGemm | None:
+    """The compiled product with wq for inputs of up to SMALL_M rows, where it applies."""
+    bt = wq.narrow_t()
+    if bt is None:
+        return None
+    g = QuantizedGemm(bt, wq.bmax, w_s)
+    return g if g.usable else None
 
 
 def _dir_param(p: np.ndarray | None, d: int, n: int) -> np.ndarray:
@@ -491,6 +511,7 @@ class DynamicQuantizeLSTMSpec(LSTMSpec):
     uint8 quantization of X and of the hidden state at every step."""
 
     family = "contrib"
+    integer_weights = True
     doc = ("LSTM (gates i, o, f, c) with int8 weights W (dirs, input, 4H), R (dirs, H, 4H) and their "
            "scales/zero points; each GEMM quantizes its float operand to uint8 from its range.")
     inputs = (Port("X"), Port("W"), Port("R"), Port("B", optional=True), Port("sequence_lens", optional=True),
@@ -535,13 +556,12 @@ class DynamicQuantizeLSTMSpec(LSTMSpec):
             xw = _qgemm_float(xx.reshape(-1, inp), wq, ws).reshape(t_len, batch, n4)
             xw = xw + (bd[:n4] + bd[n4:]).astype(np.float32)
             pd = p[d].astype(np.float32) if p is not None else None
+            fast = _small_gemm(rq, rs) if batch <= SMALL_M else None  # work buffers kept over the steps
 
             def step(xt: np.ndarray, state: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
-                from nodes.recurrent import lstm_cell
-
                 hp, cp = state
-                ht, ct = lstm_cell(xt + _qgemm_float(hp, rq, rs), cp, pd, hid, f, g, h, clipf, coupled)
-                return ht.astype(np.float32), ct.astype(np.float32)
+                ht, ct = lstm_cell(_qgemm_float(hp, rq, rs, xt, fast), cp, pd, hid, f, g, h, clipf, coupled)
+                return ht.astype(np.float32, copy=False), ct.astype(np.float32, copy=False)
 
             return xw, step
 

@@ -103,6 +103,10 @@ def lstm_cell(gt: np.ndarray, cp: np.ndarray, pd: np.ndarray | None, hid: int, f
               h: Callable, clipf: Callable, coupled: bool) -> tuple[np.ndarray, np.ndarray]:
     """One LSTM step from the summed gate pre-activations ``gt`` (gates i, o, f, c) and the
     previous cell state: peepholes ``pd`` (i, o, f), clipping, input-forget coupling; (h, c)."""
+    if pd is None and not coupled:  # i, o and f in one call of f (elementwise: the same numbers)
+        iof = f(clipf(gt[:, :3 * hid]))
+        c = iof[:, 2 * hid:] * cp + iof[:, :hid] * g(clipf(gt[:, 3 * hid:]))
+        return iof[:, hid:2 * hid] * h(c), c
     gi, go, gf, gc = (gt[:, k * hid:(k + 1) * hid] for k in range(4))
     if pd is not None:
         gi = gi + pd[:hid] * cp
@@ -133,6 +137,7 @@ class _RecurrentSpec(OpSpec):
     gates = 1
     default_acts: tuple[str, ...] = ("Tanh",)
     n_states = 1  # hidden (and cell for LSTM)
+    integer_weights = False  # True: make_step gets W[d], R[d] as stored (it quantizes its own products)
     common_attrs = (
         AttrSpec("activation_alpha", "floats", None, "Alphas of the activations, consumed in order."),
         AttrSpec("activation_beta", "floats", None, "Betas of the activations, consumed in order."),
@@ -221,8 +226,7 @@ class _RecurrentSpec(OpSpec):
         ys, finals = [], []
         for d in range(nd):
             reverse = a["direction"] == "reverse" or d == 1
-            wd = w[d].astype(dt, copy=False)
-            rd = r[d].astype(dt, copy=False)
+            wd, rd = (w[d], r[d]) if self.integer_weights else (w[d].astype(dt, copy=False), r[d].astype(dt, copy=False))
             bd = b[d].astype(dt, copy=False) if b is not None else np.zeros(2 * self.gates * hid, dt)
             xw, step = make_step(x, wd, rd, bd, hid, acts[d], clip, d)
             y, state = _run_direction(xw, lens, reverse, tuple(s[d] for s in states0), step)
