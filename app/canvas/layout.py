@@ -28,6 +28,7 @@ import bisect
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -137,15 +138,17 @@ def _never() -> bool:
 
 
 def layered_layout(data: LayoutInput, progress: Progress | None = None,
-                   cancelled: Callable[[], bool] | None = None) -> LayoutResult:
-    """Lay out the graph described by ``data`` (see the module docstring)."""
+                   cancelled: Callable[[], bool] | None = None, compiled: bool = False) -> LayoutResult:
+    """Lay out the graph described by ``data`` (see the module docstring); ``compiled`` compiles
+    the sweeps here if they are not yet (else a process without them interprets them)."""
     progress = progress or _noop_progress
     cancelled = cancelled or _never
     n = len(data.sizes)
     if n == 0:
         return LayoutResult([], {}, [], 0.0, 0.0, 0)
-    from app.canvas import _layout_jit as jit
+    from app.canvas import _layout_jit
 
+    jit = _layout_jit.kernels(n, compile_here=compiled)
     eu, ev, ports = _clean_edges(n, data.edges, data.ports)
     progress(0.02, "ordering")
     order = jit.kahn_order(n, eu, ev)
@@ -170,7 +173,7 @@ def layered_layout(data: LayoutInput, progress: Progress | None = None,
         dag, dag_ports = list(zip(du.tolist(), dv.tolist())), list(zip(dp[:, 0].tolist(), dp[:, 1].tolist()))
     layer, live = layer.tolist(), live.tolist()
     progress(0.1, "routing long edges")
-    graph = _LayerGraph(len(sizes), layer, live)
+    graph = _LayerGraph(len(sizes), layer, live, jit)
     graph.build(dag, dag_ports, sizes)
     _check(cancelled)
     progress(0.2, "reducing crossings")
@@ -194,7 +197,10 @@ def warm_up() -> None:
     small graph with a long edge, a constant and a row of three."""
     sizes = [(60.0, 30.0)] * 6
     edges = [(0, 1), (0, 2), (0, 3), (1, 4), (2, 4), (3, 4), (0, 4), (5, 4)]
-    layered_layout(LayoutInput(sizes, edges, {0}, [(0.0, 0.0)] * len(edges)))
+    from app.canvas import _layout_jit
+
+    layered_layout(LayoutInput(sizes, edges, {0}, [(0.0, 0.0)] * len(edges)), compiled=True)
+    _layout_jit.mark_compiled()
 
 
 def _check(cancelled: Callable[[], bool]) -> None:
@@ -222,7 +228,8 @@ def _clean_edges(n: int, edges: Sequence[tuple[int, int]], ports: Sequence[tuple
 class _LayerGraph:
     """Real nodes plus dummy nodes, grouped by layer, with up and down neighbour lists."""
 
-    def __init__(self, n_real: int, layer: list[int], live: list[bool]) -> None:
+    def __init__(self, n_real: int, layer: list[int], live: list[bool], kernels: object) -> None:
+        self.kernels: Any = kernels  # app/canvas/_layout_jit.py's functions, compiled or not
         self.n_real = n_real
         self.layer = list(layer)
         # Live nodes carry the data flow; the others (constants) follow their consumers and
@@ -332,8 +339,7 @@ class _LayerGraph:
     def reduce_crossings(self, progress: Progress, cancelled: Callable[[], bool]) -> int | None:
         """Barycenter sweeps down and up, keeping the best order found (crossings counted exactly
         up to EXACT_CROSSINGS_LIMIT nodes + dummies); app/canvas/_layout_jit.py says how."""
-        from app.canvas import _layout_jit as jit
-
+        jit = self.kernels
         total = len(self.layer)
         exact = total <= EXACT_CROSSINGS_LIMIT
         rows, row_at = self._rows(self.layers)
@@ -354,8 +360,7 @@ class _LayerGraph:
                 left += self.width[v] + NODE_GAP
         # The data flow is placed first, as if constants were not there; then each constant
         # takes the free spot nearest to its consumer's constant ports (top-right corner).
-        from app.canvas import _layout_jit as jit
-
+        jit = self.kernels
         _check(cancelled)
         flow, flow_at = self._rows([[v for v in row if self.live[v]] for row in self.layers])
         live, width, lu, lv, _, _, *csr = self._arrays()
