@@ -203,16 +203,24 @@ def serve(conn: Any, warm: bool = True) -> None:
     if warm:  # once per process: no job pays the imports or the kernels' loading
         for name in WARM_UP:
             importlib.import_module(name)
-        from app.canvas.layout import warm_up as layout_warm_up
+        from app.canvas import _layout_jit
 
-        layout_warm_up()  # before it says it takes an open's layout (numba's cache, or a compile)
+        cached = _layout_jit.cached()
+        if cached:  # loaded from numba's cache before it says it takes an open's layout
+            from app.canvas.layout import warm_up as layout_warm_up
+
+            layout_warm_up()
+            send(("accepting", 0))
         # An open's layout (often the first job, sent at start-up) needs no kernel: it runs while
         # they load. Other jobs are held until then, as no job ran beside the warm-up before (a
-        # module imported by a job while numba compiles could deadlock on the two locks).
-        threading.Thread(target=_warm_up, args=(gate,), name="npu-studio-warm-up", daemon=True).start()
+        # module imported by a job while numba compiles could deadlock on the two locks). With an
+        # empty cache (the first start after an install) the kernels come first and the layout's
+        # 25 s compile after them: until it is done, the editor lays out by itself (interpreted).
+        threading.Thread(target=_warm_up, args=(gate, None if cached else send), name="npu-studio-warm-up",
+                         daemon=True).start()
     else:
         gate.open()
-    send(("accepting", 0))
+        send(("accepting", 0))
     while True:
         job, name, payload = jobs.get()
         gate.submit(name in EARLY_JOBS, _run_job, job, name, payload, send, lock, cancelled)
@@ -240,13 +248,19 @@ class _Gate:
             self._held.clear()
 
 
-def _warm_up(gate: _Gate) -> None:
+def _warm_up(gate: _Gate, compile_layout: Callable[..., None] | None) -> None:
+    """The kernels, then (``compile_layout``: the sender of the "accepting" message) the layout's."""
     from nodes.kernels import warm_up
 
     try:
         warm_up()
     finally:
         gate.open()
+    if compile_layout is not None:
+        from app.canvas.layout import warm_up as layout_warm_up
+
+        layout_warm_up()
+        compile_layout(("accepting", 0))
 
 
 def _run_job(job: int, name: str, payload: bytes, send: Callable[..., None], lock: threading.Lock,

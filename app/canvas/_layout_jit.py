@@ -415,6 +415,11 @@ def _marker() -> Path:
     return Path(cache or Path(__file__).with_name("__pycache__")) / f"_layout_jit.{tag}.compiled"
 
 
+def cached() -> bool:
+    """Whether numba's cache holds this module's compiled code (``warm_up`` compiled it once)."""
+    return _marker().exists()
+
+
 def compiled_here() -> bool:
     """Whether this process already holds the compiled code (it compiled or loaded it)."""
     return all(f.signatures for f in _dispatchers().values())  # type: ignore[attr-defined]
@@ -423,7 +428,7 @@ def compiled_here() -> bool:
 def kernels(n: int, compile_here: bool = False) -> types.SimpleNamespace:
     """The functions a layout of ``n`` nodes should call (see the module docstring);
     ``compile_here``: the compiled ones, compiling them now if neither process nor cache has them."""
-    if compile_here or compiled_here() or (n >= COMPILED_FROM and _marker().exists()):
+    if compile_here or compiled_here() or (n >= COMPILED_FROM and cached()):
         return types.SimpleNamespace(**_dispatchers())
     return interpreted()
 
