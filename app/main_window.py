@@ -43,6 +43,7 @@ from app.panels.sweep_panel import install_sweep_panel
 from app.progress import ProgressStrip
 from app.runtime import settle_heap
 from app.shape_dialog import ShapeDialog, dynamic_inputs, remember, remembered
+from app.worker_process import ProcessTask, worker
 from app.workers import Task
 
 log = logging.getLogger(__name__)
@@ -277,7 +278,12 @@ class MainWindow(QMainWindow):
         if shapes:
             remember(self.settings, path, shapes)
         self._show_progress(0.0, f"opening {path.name}")
-        task = Task(jobs.load_job, path, shapes, name="load")
+        # The worker process lays an .onnx file out while a thread here reads it (app/jobs.py); not
+        # while that process is still starting (a model given at start-up): then the thread does.
+        remote = (jobs.WorkerOpen(ProcessTask(jobs.open_check_job, str(path), name="open check").start(),
+                                  ProcessTask(jobs.open_layout_job, name="open layout"))
+                  if path.suffix.lower() == ".onnx" and worker().accepting.is_set() else None)
+        task = Task(jobs.load_job, path, shapes, remote, name="load")
         task.signals.progress.connect(self._show_progress)
         task.signals.finished.connect(lambda loaded: self._on_model_loaded(loaded, target, restored))
         task.signals.failed.connect(self._on_task_failed)

@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 KEEP = 6  # results kept in both processes, for later jobs and results that refer to them
 STOP_TIMEOUT_S = 1.0
 JOB_THREADS = 4
+EARLY_JOBS = frozenset({"open check", "open layout"})  # task names of jobs that need no kernel: they run beside the warm-up
 WARM_UP = ("engine.compiler", "engine.passes.pipeline", "engine.quant.api", "engine.sim.timeline",
            "engine.sim.thermal", "engine.sim.stream", "engine.sim.executor", "app.analysis_jobs", "app.jobs")
 
@@ -193,20 +194,73 @@ def serve(conn: Any, warm: bool = True) -> None:
 
     threading.Thread(target=receive, name="npu-studio-worker-pipe", daemon=True).start()
     send(("ready", os.getpid()))
-    if warm:  # once per process: no job pays the imports or the kernels' loading
-        for name in WARM_UP:
-            importlib.import_module(name)
-        from nodes.kernels import warm_up
-
-        warm_up()
     from concurrent.futures import ThreadPoolExecutor
 
     # Jobs run side by side, as they did in the editor's thread pool: a tensor view does not wait
     # for a compile, nor a closed window's what-if for the next window's compile.
     pool = ThreadPoolExecutor(max_workers=JOB_THREADS, thread_name_prefix="npu-studio-job")
+    gate = _Gate(pool)
+    if warm:  # once per process: no job pays the imports or the kernels' loading
+        for name in WARM_UP:
+            importlib.import_module(name)
+        from app.canvas import _layout_jit
+
+        cached = _layout_jit.cached()
+        if cached:  # loaded from numba's cache before it says it takes an open's layout
+            from app.canvas.layout import warm_up as layout_warm_up
+
+            layout_warm_up()
+            send(("accepting", 0))
+        # An open's layout (often the first job, sent at start-up) needs no kernel: it runs while
+        # they load. Other jobs are held until then, as no job ran beside the warm-up before (a
+        # module imported by a job while numba compiles could deadlock on the two locks). With an
+        # empty cache (the first start after an install) the kernels come first and the layout's
+        # 25 s compile after them: until it is done, the editor lays out by itself (interpreted).
+        threading.Thread(target=_warm_up, args=(gate, None if cached else send), name="npu-studio-warm-up",
+                         daemon=True).start()
+    else:
+        gate.open()
+        send(("accepting", 0))
     while True:
         job, name, payload = jobs.get()
-        pool.submit(_run_job, job, name, payload, send, lock, cancelled)
+        gate.submit(name in EARLY_JOBS, _run_job, job, name, payload, send, lock, cancelled)
+
+
+class _Gate:
+    """Hands jobs to the pool; until ``open()``, only the early ones (the rest are held, outside
+    the pool, so that held jobs never take the threads an open needs)."""
+
+    def __init__(self, pool: Any) -> None:
+        self._pool, self._lock, self._held, self._open = pool, threading.Lock(), [], False
+
+    def submit(self, early: bool, *call: Any) -> None:
+        with self._lock:
+            if early or self._open:
+                self._pool.submit(*call)
+            else:
+                self._held.append(call)
+
+    def open(self) -> None:
+        with self._lock:
+            self._open = True
+            for call in self._held:
+                self._pool.submit(*call)
+            self._held.clear()
+
+
+def _warm_up(gate: _Gate, compile_layout: Callable[..., None] | None) -> None:
+    """The kernels, then (``compile_layout``: the sender of the "accepting" message) the layout's."""
+    from nodes.kernels import warm_up
+
+    try:
+        warm_up()
+    finally:
+        gate.open()
+    if compile_layout is not None:
+        from app.canvas.layout import warm_up as layout_warm_up
+
+        layout_warm_up()
+        compile_layout(("accepting", 0))
 
 
 def _run_job(job: int, name: str, payload: bytes, send: Callable[..., None], lock: threading.Lock,
@@ -247,6 +301,7 @@ class WorkerProcess:
         self.process: Any = None
         self.pid: int | None = None
         self.ready = threading.Event()
+        self.accepting = threading.Event()  # it imported its modules: an open's layout runs there at once
         self._conn: Any = None
         self._outbox: queue.Queue | None = None
         self._tasks: dict[int, Any] = {}
@@ -265,10 +320,10 @@ class WorkerProcess:
             proc = ctx.Process(target=serve, args=(theirs, self.warm), name="npu-studio-worker", daemon=True)
             proc.start()
             theirs.close()
-            self.process, self._conn, self.ready = proc, ours, threading.Event()
+            self.process, self._conn, self.ready, self.accepting = proc, ours, threading.Event(), threading.Event()
             self._outbox = queue.Queue()
             threading.Thread(target=self._write, args=(ours, self._outbox), name="npu-studio-send", daemon=True).start()
-            threading.Thread(target=self._read, args=(proc, ours), name="npu-studio-receive", daemon=True).start()
+            threading.Thread(target=self._read, args=(proc, ours, self.accepting), name="npu-studio-receive", daemon=True).start()
 
     def submit(self, task: Any) -> int:
         """Queue ``task`` (a ProcessTask); returns its job id."""
@@ -312,7 +367,7 @@ class WorkerProcess:
             except (OSError, EOFError, ValueError):
                 return  # the worker is gone: the reader fails its tasks
 
-    def _read(self, proc: Any, conn: Any) -> None:
+    def _read(self, proc: Any, conn: Any, accepting: threading.Event) -> None:
         from app.runtime import collections_paused
 
         try:
@@ -322,6 +377,8 @@ class WorkerProcess:
                 if kind == "ready":
                     self.pid = job
                     self.ready.set()
+                elif kind == "accepting":
+                    accepting.set()
                 elif kind == "progress":
                     task = self._tasks.get(job)
                     if task is not None:

@@ -8,7 +8,7 @@ a one-line message.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -152,9 +152,12 @@ def fix_shapes(graph: Graph, shapes: Mapping[str, Sequence[int]], where: str) ->
 
 
 def load(model: str | os.PathLike | ModelProto, shapes: Mapping[str, Sequence[int]] | None = None,
-         check: bool = True) -> Graph:
+         check: bool = True, structure: Callable[[Graph], None] | None = None) -> Graph:
     """Load an ONNX model (path or ModelProto) into the IR.
 
+    ``structure``, when given, is called with the graph as soon as it is converted, before it
+    is verified, checked and inferred (its nodes and edges are final then, its types are not):
+    a caller that lays the graph out elsewhere starts meanwhile (app/jobs.py).
     Raises ModelError with a one-line message naming the file and the problem.
     """
     if isinstance(model, ModelProto):
@@ -167,11 +170,29 @@ def load(model: str | os.PathLike | ModelProto, shapes: Mapping[str, Sequence[in
         where = str(path)
         proto = parse_model(_read_model_bytes(path), where)
         base_dir = path.parent
-    return load_proto(proto, where, base_dir, shapes, check)
+    return load_proto(proto, where, base_dir, shapes, check, structure)
+
+
+def check_file(path: str | os.PathLike) -> None:
+    """``check_proto`` of the model at ``path`` (its external data read as ``load`` reads it)."""
+    path = Path(path)
+    proto = parse_model(_read_model_bytes(path), str(path))
+    load_external_data(proto, path.parent, str(path))
+    check_proto(proto, str(path))
+
+
+def check_proto(proto: ModelProto, where: str) -> None:
+    """onnx's checker on ``proto`` (ops onnx does not define set aside); raises ModelError."""
+    try:
+        onnx.checker.check_model(_with_foreign_ops_aside(proto))
+    except (onnx.checker.ValidationError, ValueError, RuntimeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelError(f"{where}: invalid model: {first}") from None
 
 
 def load_proto(proto: ModelProto, where: str, base_dir: Path | None,
-               shapes: Mapping[str, Sequence[int]] | None, check: bool) -> Graph:
+               shapes: Mapping[str, Sequence[int]] | None, check: bool,
+               structure: Callable[[Graph], None] | None = None) -> Graph:
     """Load a parsed ModelProto (see ``load``)."""
     check_opsets(proto, where)
     load_external_data(proto, base_dir, where)
@@ -179,15 +200,13 @@ def load_proto(proto: ModelProto, where: str, base_dir: Path | None,
         graph = onnx_io.from_onnx(proto)
     except onnx_io.ConversionError as exc:
         raise ModelError(f"{where}: {exc}") from None
+    if structure is not None:
+        structure(graph)
     errors = verify(graph)
     if errors:
         raise ModelError(f"{where}: {errors[0].message}")
     if check:
-        try:
-            onnx.checker.check_model(_with_foreign_ops_aside(proto))
-        except (onnx.checker.ValidationError, ValueError, RuntimeError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ModelError(f"{where}: invalid model: {first}") from None
+        check_proto(proto, where)
     bad_types = type_errors(graph)
     if bad_types:
         raise ModelError(f"{where}: {bad_types[0]}")

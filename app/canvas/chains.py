@@ -13,48 +13,47 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 
 @dataclass
 class Collapsed:
     """The graph with its chains as single nodes: per collapsed node its members (top first),
-    its size, the edges between collapsed nodes with their ports, and for each such edge the
-    original edge it stands for."""
+    its size, the edges between collapsed nodes with their ports (also as arrays, ``du -> dv``),
+    and for each such edge the original edge it stands for."""
 
     members: list[list[int]]
     rep: list[int]  # original node -> collapsed node
-    order: list[int]
     sizes: list[tuple[float, float]]
     dag: list[tuple[int, int]]
     ports: list[tuple[float, float]]
-    pinned: set[int]
+    du: np.ndarray
+    dv: np.ndarray
+    pinned_mask: np.ndarray
     original_edge: dict[tuple[int, int], tuple[int, int]]
 
 
-def collapse_chains(n: int, order: list[int], dag: list[tuple[int, int]], ports: list[tuple[float, float]],
-                    succ: list[list[int]], pred: list[list[int]], layer: list[int], live: list[bool],
-                    sizes: Sequence[tuple[float, float]], pinned: set[int], gap: float) -> Collapsed | None:
-    """Collapse the chains of the layered DAG (see the module docstring); None when it has none."""
-    nxt = [-1] * n
-    linked = False
-    for v in range(n):
-        if len(succ[v]) == 1 and v not in pinned:
-            w = succ[v][0]
-            if (len(pred[w]) == 1 and w not in pinned and layer[w] == layer[v] + 1 and live[w] == live[v]
-                    and sizes[w][0] == sizes[v][0]):
-                nxt[v] = w
-                linked = True
-    if not linked:
+def collapse_chains(order: np.ndarray, du: np.ndarray, dv: np.ndarray, ports: np.ndarray, layer: np.ndarray,
+                    live: np.ndarray, sizes: Sequence[tuple[float, float]], pinned: np.ndarray, gap: float
+                    ) -> Collapsed | None:
+    """Collapse the chains of the layered DAG ``du -> dv`` (nodes in topological ``order``; see the
+    module docstring); None when it has none."""
+    n = len(order)
+    size = np.asarray(sizes, dtype=float).reshape(n, 2)
+    out_deg, in_deg = np.bincount(du, minlength=n), np.bincount(dv, minlength=n)
+    succ = np.full(n, -1, dtype=np.int64)
+    succ[du[::-1]] = dv[::-1]  # a node's first successor (its only one where it matters)
+    w = np.where(out_deg == 1, succ, 0)
+    linked = ((out_deg == 1) & ~pinned & (in_deg[w] == 1) & ~pinned[w] & (layer[w] == layer + 1)
+              & (live[w] == live) & (size[w, 0] == size[:, 0]))
+    if not linked.any():
         return None
-    inner = [False] * n  # a chain member other than its head
-    for v in range(n):
-        if nxt[v] >= 0:
-            inner[nxt[v]] = True
+    nxt = np.where(linked, w, -1).tolist()
+    inner = np.zeros(n, dtype=np.bool_)  # a chain member other than its head
+    inner[w[linked]] = True
     rep = [-1] * n
     members: list[list[int]] = []
-    new_sizes: list[tuple[float, float]] = []
-    for v in order:  # heads in topological order: the collapsed order is topological too
-        if inner[v]:
-            continue
+    for v in order[~inner[order]].tolist():  # heads in topological order: the collapsed order is topological too
         run = [v]
         while nxt[run[-1]] >= 0:
             run.append(nxt[run[-1]])
@@ -62,17 +61,20 @@ def collapse_chains(n: int, order: list[int], dag: list[tuple[int, int]], ports:
         for u in run:
             rep[u] = s
         members.append(run)
-        new_sizes.append((max(sizes[u][0] for u in run), sum(sizes[u][1] for u in run) + gap * (len(run) - 1)))
-    new_dag, new_ports, original = [], [], {}
-    for (u, v), p in zip(dag, ports):
-        a, b = rep[u], rep[v]
-        if a == b:
-            continue  # inside a chain
-        new_dag.append((a, b))
-        new_ports.append(p)
-        original[(a, b)] = (u, v)
-    return Collapsed(members, rep, list(range(len(members))), new_sizes, new_dag, new_ports,
-                     {rep[v] for v in pinned}, original)
+    rep_a = np.asarray(rep, dtype=np.int64)
+    count = np.bincount(rep_a, minlength=len(members))
+    width = np.zeros(len(members))
+    np.maximum.at(width, rep_a, size[:, 0])
+    height = np.bincount(rep_a, weights=size[:, 1], minlength=len(members)) + gap * (count - 1)
+    a, b = rep_a[du], rep_a[dv]
+    between = a != b  # not inside a chain
+    ca, cb, cp = a[between], b[between], ports[between]
+    pairs = list(zip(ca.tolist(), cb.tolist()))
+    mask = np.zeros(len(members), dtype=np.bool_)
+    mask[rep_a[pinned]] = True
+    return Collapsed(members, rep, list(zip(width.tolist(), height.tolist())), pairs,
+                     list(zip(cp[:, 0].tolist(), cp[:, 1].tolist())), ca, cb, mask,
+                     dict(zip(pairs, zip(du[between].tolist(), dv[between].tolist()))))
 
 
 def expand_positions(c: Collapsed, positions: list[tuple[float, float]], sizes: Sequence[tuple[float, float]],

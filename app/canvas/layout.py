@@ -28,6 +28,7 @@ import bisect
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -137,43 +138,42 @@ def _never() -> bool:
 
 
 def layered_layout(data: LayoutInput, progress: Progress | None = None,
-                   cancelled: Callable[[], bool] | None = None) -> LayoutResult:
-    """Lay out the graph described by ``data`` (see the module docstring)."""
+                   cancelled: Callable[[], bool] | None = None, compiled: bool = False) -> LayoutResult:
+    """Lay out the graph described by ``data`` (see the module docstring); ``compiled`` compiles
+    the sweeps here if they are not yet (else a process without them interprets them)."""
     progress = progress or _noop_progress
     cancelled = cancelled or _never
     n = len(data.sizes)
     if n == 0:
         return LayoutResult([], {}, [], 0.0, 0.0, 0)
-    edges, ports = _clean_edges(n, data.edges, data.ports)
+    from app.canvas import _layout_jit
+
+    jit = _layout_jit.kernels(n, compile_here=compiled)
+    eu, ev, ports = _clean_edges(n, data.edges, data.ports)
     progress(0.02, "ordering")
-    order = _kahn_order(n, edges)
-    rank = [0] * n
-    for i, v in enumerate(order):
-        rank[v] = i
+    order = jit.kahn_order(n, eu, ev)
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n)
     # Edges that go backwards in the order (cycles) are reversed for layering.
-    dag = [(u, v) if rank[u] < rank[v] else (v, u) for u, v in edges]
-    dag_ports = [p if rank[u] < rank[v] else (0.0, 0.0) for (u, v), p in zip(edges, ports)]
-    succ: list[list[int]] = [[] for _ in range(n)]
-    pred: list[list[int]] = [[] for _ in range(n)]
-    for u, v in dag:
-        succ[u].append(v)
-        pred[v].append(u)
-    layer, live = _assign_layers(n, order, succ, pred, data.pinned_top)
+    forward = rank[eu] < rank[ev]
+    du, dv = np.where(forward, eu, ev), np.where(forward, ev, eu)
+    dp = np.where(forward[:, None], ports, 0.0)
+    pinned = np.zeros(n, dtype=np.bool_)
+    pinned[[v for v in data.pinned_top if 0 <= v < n]] = True
+    layer, live = jit.assign_layers(n, order, du, dv, pinned)
     _check(cancelled)
     # A large graph's linear chains are laid out as one box each (app/canvas/chains.py).
-    chains = collapse_chains(n, order, dag, dag_ports, succ, pred, layer, live, data.sizes, data.pinned_top,
-                             LAYER_GAP) if n > LARGE else None
+    chains = collapse_chains(order, du, dv, dp, layer, live, data.sizes, pinned, LAYER_GAP) if n > LARGE else None
     sizes: Sequence[tuple[float, float]] = data.sizes
     if chains is not None:
         m = len(chains.members)
-        succ, pred = [[] for _ in range(m)], [[] for _ in range(m)]
-        for u, v in chains.dag:
-            succ[u].append(v)
-            pred[v].append(u)
-        layer, live = _assign_layers(m, chains.order, succ, pred, chains.pinned)
+        layer, live = jit.assign_layers(m, np.arange(m), chains.du, chains.dv, chains.pinned_mask)
         dag, dag_ports, sizes = chains.dag, chains.ports, chains.sizes
+    else:
+        dag, dag_ports = list(zip(du.tolist(), dv.tolist())), list(zip(dp[:, 0].tolist(), dp[:, 1].tolist()))
+    layer, live = layer.tolist(), live.tolist()
     progress(0.1, "routing long edges")
-    graph = _LayerGraph(len(sizes), layer, live)
+    graph = _LayerGraph(len(sizes), layer, live, jit)
     graph.build(dag, dag_ports, sizes)
     _check(cancelled)
     progress(0.2, "reducing crossings")
@@ -191,81 +191,45 @@ def layered_layout(data: LayoutInput, progress: Progress | None = None,
     return result
 
 
+def warm_up() -> None:
+    """Compile (first process after an install) or load from numba's cache the layout's sweeps
+    (app/canvas/_layout_jit.py), now rather than inside the first layout a user waits for: a
+    small graph with a long edge, a constant and a row of three."""
+    sizes = [(60.0, 30.0)] * 6
+    edges = [(0, 1), (0, 2), (0, 3), (1, 4), (2, 4), (3, 4), (0, 4), (5, 4)]
+    from app.canvas import _layout_jit
+
+    layered_layout(LayoutInput(sizes, edges, {0}, [(0.0, 0.0)] * len(edges)), compiled=True)
+    _layout_jit.mark_compiled()
+
+
 def _check(cancelled: Callable[[], bool]) -> None:
     if cancelled():
         raise LayoutCancelled()
 
 
 def _clean_edges(n: int, edges: Sequence[tuple[int, int]], ports: Sequence[tuple[float, float]] | None
-                 ) -> tuple[list[tuple[int, int]], list[tuple[float, float]]]:
-    seen: set[tuple[int, int]] = set()
-    out = []
-    out_ports = []
-    for i, (u, v) in enumerate(edges):
-        if u == v or not (0 <= u < n and 0 <= v < n) or (u, v) in seen:
-            continue
-        seen.add((u, v))
-        out.append((u, v))
-        out_ports.append(ports[i] if ports is not None and i < len(ports) else (0.0, 0.0))
-    return out, out_ports
-
-
-def _kahn_order(n: int, edges: list[tuple[int, int]]) -> list[int]:
-    """A topological order; nodes on cycles are appended in index order."""
-    indeg = [0] * n
-    succ: list[list[int]] = [[] for _ in range(n)]
-    for u, v in edges:
-        succ[u].append(v)
-        indeg[v] += 1
-    ready = [v for v in range(n) if indeg[v] == 0]
-    ready.reverse()
-    order: list[int] = []
-    done = [False] * n
-    while True:
-        while ready:
-            u = ready.pop()
-            if done[u]:
-                continue
-            done[u] = True
-            order.append(u)
-            for v in reversed(succ[u]):
-                indeg[v] -= 1
-                if indeg[v] == 0:
-                    ready.append(v)
-        if len(order) == n:
-            return order
-        # A cycle: release the first stuck node and go on.
-        stuck = next(v for v in range(n) if not done[v])
-        indeg[stuck] = 0
-        ready.append(stuck)
-
-
-def _assign_layers(n: int, order: list[int], succ: list[list[int]], pred: list[list[int]],
-                   pinned_top: set[int]) -> tuple[list[int], list[bool]]:
-    """Layer of every node, and whether it depends on a graph input ("live")."""
-    layer = [0] * n
-    for v in order:
-        if pred[v]:
-            layer[v] = max(layer[u] for u in pred[v]) + 1
-    # Whatever does not depend on a graph input (constants, weights made by ConstantOfShape
-    # -> Unsqueeze chains, ops without inputs) is computed as late as possible: each such
-    # subtree hangs just above its first consumer instead of forming a row at the top.
-    live = [False] * n
-    for v in order:
-        live[v] = v in pinned_top or any(live[u] for u in pred[v])
-    if not any(live):
-        return layer, [True] * n  # no graph inputs: everything is data flow
-    for v in reversed(order):
-        if not live[v] and succ[v]:
-            layer[v] = min(layer[w] for w in succ[v]) - 1
-    low = min(layer)
-    return ([x - low for x in layer] if low < 0 else layer), live
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The edges without self-loops, out-of-range ends and repeats (the first kept, in order),
+    as sources, targets and their ports ((0, 0) where ``ports`` has none)."""
+    m = len(edges)
+    ends = np.fromiter(itertools.chain.from_iterable(edges), dtype=np.int64, count=2 * m).reshape(m, 2)
+    at = np.zeros((m, 2))
+    if ports is not None and len(ports):
+        k = min(m, len(ports))
+        at[:k] = np.fromiter(itertools.chain.from_iterable(ports[:k]), dtype=float, count=2 * k).reshape(k, 2)
+    u, v = ends[:, 0], ends[:, 1]
+    ok = np.flatnonzero((u != v) & (u >= 0) & (u < n) & (v >= 0) & (v < n))
+    _, first = np.unique(u[ok] * n + v[ok], return_index=True)
+    keep = ok[np.sort(first)]
+    return u[keep].copy(), v[keep].copy(), at[keep]
 
 
 class _LayerGraph:
     """Real nodes plus dummy nodes, grouped by layer, with up and down neighbour lists."""
 
-    def __init__(self, n_real: int, layer: list[int], live: list[bool]) -> None:
+    def __init__(self, n_real: int, layer: list[int], live: list[bool], kernels: object) -> None:
+        self.kernels: Any = kernels  # app/canvas/_layout_jit.py's functions, compiled or not
         self.n_real = n_real
         self.layer = list(layer)
         # Live nodes carry the data flow; the others (constants) follow their consumers and
@@ -281,6 +245,8 @@ class _LayerGraph:
         self.down_p: list[list[tuple[float, float]]] = []
         self.trunk: dict[tuple[int, int], int] = {}  # (source, layer) -> dummy
         self.route_of: dict[tuple[int, int], list[int]] = {}  # real edge -> dummies
+        self.links: list[tuple[int, int, float, float]] = []  # (upper, lower, their ports), in the order made
+        self._made: tuple | None = None  # ``_arrays``
         self.layers: list[list[int]] = []
         self.x: list[float] = []
 
@@ -301,6 +267,32 @@ class _LayerGraph:
         self.down_p[a].append(ports)
         self.up[b].append(a)
         self.up_p[b].append(ports)
+        self.links.append((a, b, ports[0], ports[1]))
+
+    def _arrays(self) -> tuple:
+        """The links as the compiled sweeps take them (app/canvas/_layout_jit.py): width, live,
+        upper and lower node and their ports per link, and each node's links up and down (CSR).
+        Made once: the links and nodes do not change after ``build``."""
+        if self._made is not None:
+            return self._made
+        total = len(self.layer)
+        m = len(self.links)
+        flat = np.fromiter(itertools.chain.from_iterable(self.links), dtype=float, count=4 * m).reshape(m, 4)
+        lu, lv = flat[:, 0].astype(np.int64), flat[:, 1].astype(np.int64)
+        lpa, lpb = flat[:, 2].copy(), flat[:, 3].copy()
+        up_link, down_link = np.argsort(lv, kind="stable"), np.argsort(lu, kind="stable")
+        every = np.arange(total + 1)
+        up_at, down_at = np.searchsorted(lv[up_link], every), np.searchsorted(lu[down_link], every)
+        self._made = (np.asarray(self.live, dtype=np.bool_), np.asarray(self.width, dtype=float),
+                      lu, lv, lpa, lpb, up_at, up_link, down_at, down_link)
+        return self._made
+
+    def _rows(self, rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+        """Rows as one array and where each starts (row k: ``flat[at[k]:at[k + 1]]``)."""
+        at = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum([len(r) for r in rows], out=at[1:])
+        flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=int(at[-1]))
+        return flat, at
 
     def build(self, dag: list[tuple[int, int]], ports: list[tuple[float, float]],
               sizes: Sequence[tuple[float, float]]) -> None:
@@ -345,108 +337,16 @@ class _LayerGraph:
 
     # -- crossing reduction ------------------------------------------------------------------
     def reduce_crossings(self, progress: Progress, cancelled: Callable[[], bool]) -> int | None:
+        """Barycenter sweeps down and up, keeping the best order found (crossings counted exactly
+        up to EXACT_CROSSINGS_LIMIT nodes + dummies); app/canvas/_layout_jit.py says how."""
+        jit = self.kernels
         total = len(self.layer)
         exact = total <= EXACT_CROSSINGS_LIMIT
-        pos = [0] * total
-        for row in self.layers:
-            for i, v in enumerate(row):
-                pos[v] = i
-        best = self.count_crossings(pos) if exact else None
-        best_layers = [list(r) for r in self.layers]
-        sweeps = SWEEPS if total <= LARGE else 3
-        # A layer's new order depends only on its own order and the positions in the layer it
-        # is sorted against. ``version[k]`` counts the changes of layer k's order; a sort whose
-        # two inputs are the versions it last saw would give the order the layer already has,
-        # so it is skipped (most rows of a long chain settle in the first sweep).
-        depth = len(self.layers)
-        version = [0] * depth
-        seen_down: list[tuple[int, int] | None] = [None] * depth
-        seen_up: list[tuple[int, int] | None] = [None] * depth
-        above, below = self._barycenter_terms(True), self._barycenter_terms(False)
-        for it in range(sweeps):
-            _check(cancelled)
-            changed = False
-            for k in range(1, depth):
-                if seen_down[k] != (version[k - 1], version[k]):
-                    if self._sort_layer(k, above, pos):
-                        version[k] += 1
-                        changed = True
-                    seen_down[k] = (version[k - 1], version[k])
-            for k in range(depth - 2, -1, -1):
-                if seen_up[k] != (version[k + 1], version[k]):
-                    if self._sort_layer(k, below, pos):
-                        version[k] += 1
-                        changed = True
-                    seen_up[k] = (version[k + 1], version[k])
-            progress(0.2 + 0.5 * (it + 1) / sweeps, "reducing crossings")
-            if not changed:
-                break  # nothing moved in a whole sweep: every later sweep would be the same
-            if exact:
-                c = self.count_crossings(pos)
-                if c < best:  # type: ignore[operator]
-                    best = c
-                    best_layers = [list(r) for r in self.layers]
-                if c == 0:
-                    break
-            else:
-                best_layers = [list(r) for r in self.layers]
-        self.layers = best_layers
-        return best
-
-    def _barycenter_terms(self, upward: bool) -> list[list[float]]:
-        """Per node: the port offset (in slots) of each neighbour above (``upward``) or below
-        that its barycenter averages, paired with the neighbour: ``[w0, off0, w1, off1, ...]``.
-        A live node averages only its live neighbours when it has any. Fixed by the structure,
-        so computed once for all sweeps."""
-        live, width = self.live, self.width
-        nbrs, ports = (self.up, self.up_p) if upward else (self.down, self.down_p)
-        side = 0 if upward else 1
-        out = []
-        for v in range(len(self.layer)):
-            ns = [(w, p[side]) for w, p in zip(nbrs[v], ports[v])]
-            if live[v] and ns:
-                ns = [(w, px) for w, px in ns if live[w]] or ns
-            out.append([t for w, px in ns for t in (w, 0.9 * px / (width[w] + NODE_GAP))])
-        return out
-
-    def _sort_layer(self, k: int, terms: list[list[float]], pos: list[int]) -> bool:
-        """Order layer ``k`` by the barycenter of its neighbours above or below (``terms``, see
-        ``_barycenter_terms``), each taken at its port: a fraction of a slot left or right of
-        the neighbour. True when the order changed."""
-        row = self.layers[k]
-        if len(row) < 2:
-            return False  # nothing to order (most rows of a long chain)
-        keyed = []
-        for i, v in enumerate(row):
-            t = terms[v]
-            if t:
-                at = 0
-                for j in range(0, len(t), 2):
-                    at += pos[t[j]] + t[j + 1]
-                keyed.append((at / (len(t) // 2), i, v))
-            else:
-                keyed.append((float(i), i, v))  # keep nodes without neighbours in place
-        keyed.sort()
-        if all(e[2] == v for e, v in zip(keyed, row)):
-            return False
-        row[:] = [v for _, _, v in keyed]
-        for i, v in enumerate(row):
-            pos[v] = i
-        return True
-
-    def count_crossings(self, pos: list[int]) -> int:
-        """Exact number of edge crossings between consecutive layers (edges end at ports)."""
-        total = 0
-        width = self.width
-        for k in range(len(self.layers) - 1):
-            pairs = sorted((pos[u] + 0.9 * pa / (width[u] + NODE_GAP), pos[v] + 0.9 * pb / (width[v] + NODE_GAP))
-                           for u in self.layers[k] for v, (pa, pb) in zip(self.down[u], self.down_p[u]))
-            seen: list[int] = []
-            for _, b in pairs:
-                # Earlier edges (smaller upper position) ending to the right of b cross it.
-                total += len(seen) - bisect.bisect_right(seen, b)
-                bisect.insort(seen, b)
-        return total
+        rows, row_at = self._rows(self.layers)
+        live, width, *links = self._arrays()
+        best = jit.reduce_crossings(rows, row_at, SWEEPS if total <= LARGE else 3, exact, live, width, NODE_GAP, *links)
+        self.layers = [rows[row_at[k]:row_at[k + 1]].tolist() for k in range(len(self.layers))]
+        return int(best) if exact else None
 
     # -- coordinates -------------------------------------------------------------------------
     def assign_x(self, cancelled: Callable[[], bool]) -> None:
@@ -460,17 +360,13 @@ class _LayerGraph:
                 left += self.width[v] + NODE_GAP
         # The data flow is placed first, as if constants were not there; then each constant
         # takes the free spot nearest to its consumer's constant ports (top-right corner).
-        flow = [[v for v in row if self.live[v]] for row in self.layers]
-        above, below = self._pull_terms((True,)), self._pull_terms((False,))
-        for _ in range(4 if total <= LARGE else 2):
-            _check(cancelled)
-            for k in range(1, len(flow)):
-                self._place_layer(flow[k], above)
-            for k in range(len(flow) - 2, -1, -1):
-                self._place_layer(flow[k], below)
-        both = [a + b for a, b in zip(above, below)]
-        for row in flow:
-            self._place_layer(row, both)
+        jit = self.kernels
+        _check(cancelled)
+        flow, flow_at = self._rows([[v for v in row if self.live[v]] for row in self.layers])
+        live, width, lu, lv, _, _, *csr = self._arrays()
+        x = np.asarray(self.x, dtype=float)
+        jit.place_flow(flow, flow_at, 4 if total <= LARGE else 2, x, live, width, NODE_GAP, self.n_real, lu, lv, *csr)
+        self.x = x.tolist()
         self._place_constants()
         lo = min((self.x[v] - self.width[v] / 2 for v in range(total)), default=0.0)
         self.x = [x - lo for x in self.x]
@@ -504,72 +400,6 @@ class _LayerGraph:
                 i = bisect.bisect_left(starts, x[v] - half)
                 starts.insert(i, x[v] - half)
                 ends.insert(i, x[v] + half)
-
-    def _pull_terms(self, sides: tuple[bool, ...]) -> list[list[float]]:
-        """Per node: its live neighbours above and/or below (``sides``: True for above) with the
-        weight each pulls it by, ``[u0, wt0, u1, wt1, ...]`` (see ``_place_layer``)."""
-        live, n_real = self.live, self.n_real
-        lists = [self.up if upward else self.down for upward in sides]
-        out = []
-        for v in range(len(self.layer)):
-            dummy = v >= n_real
-            t: list[float] = []
-            for nbrs in lists:
-                for u in nbrs[v]:
-                    if not live[u]:
-                        continue  # a constant never pulls the data flow sideways
-                    # dummy-dummy edges weigh most, so long edges run straight
-                    t.append(u)
-                    t.append((8.0 if dummy else 2.0) if u >= n_real else (2.0 if dummy else 1.0))
-            out.append(t)
-        return out
-
-    def _place_layer(self, row: list[int], terms: list[list[float]]) -> None:
-        """Place a row near the weighted mean of its neighbours (``terms``, see ``_pull_terms``:
-        above and/or below), exact, with pool-adjacent-violators. Centres, not ports, are lined
-        up: lining up ports makes every two-input node step sideways and a long chain drift
-        across the page."""
-        if not row:
-            return
-        x, n_real = self.x, self.n_real
-        if len(row) == 1:  # most rows of a long chain
-            t = terms[row[0]]
-            if t:
-                s = w = 0.0
-                for j in range(0, len(t), 2):
-                    s += t[j + 1] * x[t[j]]
-                    w += t[j + 1]
-                x[row[0]] = s / w
-            return
-        desired = []
-        weights = []
-        for v in row:
-            t = terms[v]
-            if t:
-                s = w = 0.0
-                for j in range(0, len(t), 2):
-                    s += t[j + 1] * x[t[j]]
-                    w += t[j + 1]
-                desired.append(s / w)
-                weights.append(w)
-            else:
-                desired.append(x[v])
-                weights.append(0.05)  # free nodes stay roughly where they are
-        width = self.width
-        if len(row) == 2:  # the common case in long chains (a node and a passing edge): closed form
-            a, b = row
-            gap = (width[a] + width[b]) / 2 + (NODE_GAP if a < n_real or b < n_real else 4.0)
-            (da, db), (wa, wb) = desired, weights
-            if db - da >= gap:
-                x[a], x[b] = da, db
-            else:
-                y = (wa * da + wb * (db - gap)) / (wa + wb)
-                x[a], x[b] = y, y + gap
-            return
-        gaps = [(width[a] + width[b]) / 2 + (NODE_GAP if a < n_real or b < n_real else 4.0)
-                for a, b in itertools.pairwise(row)]
-        for v, xv in zip(row, _pava(desired, weights, gaps)):
-            x[v] = xv
 
     def result(self, original_edges: Sequence[tuple[int, int]], crossings: int | None) -> LayoutResult:
         n = self.n_real
@@ -619,32 +449,3 @@ def _straighten(pts: list[tuple[float, float]]) -> list[tuple[float, float]]:
             out.append(cur)
     out.append(pts[-1])
     return out
-
-
-def _pava(desired: list[float], weights: list[float], gaps: list[float]) -> list[float]:
-    """Positions minimizing sum w_i (x_i - d_i)^2 with x_{i+1} - x_i >= gap_i (exact, O(n)).
-
-    Substituting y_i = x_i - offset_i turns the spacing into y non-decreasing: isotonic
-    regression, solved by pool-adjacent-violators.
-    """
-    offset = [0.0]
-    for g in gaps:
-        offset.append(offset[-1] + g)
-    # Blocks of (weighted mean, weight, count).
-    means: list[float] = []
-    wts: list[float] = []
-    counts: list[int] = []
-    for d, w, o in zip(desired, weights, offset):
-        means.append(d - o)
-        wts.append(w)
-        counts.append(1)
-        while len(means) > 1 and means[-2] > means[-1]:
-            m2, w2, c2 = means.pop(), wts.pop(), counts.pop()
-            w1 = wts[-1]
-            means[-1] = (means[-1] * w1 + m2 * w2) / (w1 + w2)
-            wts[-1] = w1 + w2
-            counts[-1] += c2
-    out: list[float] = []
-    for m, c in zip(means, counts):
-        out.extend([m] * c)
-    return [y + o for y, o in zip(out, offset)]

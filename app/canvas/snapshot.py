@@ -76,18 +76,25 @@ def take_snapshot(graph: Graph, expanded: Iterable[int] = ()) -> GraphSnapshot:
     ports: list[tuple[float, float]] = []  # port x relative to the node centres (see LayoutInput)
     w, half = style.NODE_WIDTH, style.NODE_WIDTH / 2
     n_outs: dict[int, int] = {}
+    # Port counts and input x by what they depend on: op, domain, output count and per input slot
+    # absent / weight / data (a large graph has few such shapes: 10,000 nodes, a handful of keys).
+    shapes: dict[tuple, tuple[tuple[int, int], list[float]]] = {}
     for n in graph.nodes:
         dst = index[id(n)]
-        counts = node_port_counts(n)
+        ins = n._inputs
+        key = (n.op_type, n.domain, len(n.outputs),
+               tuple(0 if v is None else 1 if v.const is not None and v._producer is None else 2 for v in ins))
+        shape = shapes.get(key)
+        if shape is None:
+            counts = node_port_counts(n)
+            shape = shapes[key] = (counts, input_port_xs(n, w, max(counts[0], len(ins))))
+        counts, in_xs = shape
         n_outs[id(n)] = counts[1]
-        in_xs = None
-        for i, v in enumerate(n.inputs):
+        for i, v in enumerate(ins):
             if v is None:
                 continue
             src = _source_index(v, index)
             if src is not None:
-                if in_xs is None:
-                    in_xs = input_port_xs(n, w, max(counts[0], len(n.inputs)))
                 edges.append((src, dst))
                 slots.append((id(n), i))
                 ports.append((_out_dx(v, n_outs, graph), in_xs[i] - half))

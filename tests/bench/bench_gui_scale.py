@@ -60,6 +60,15 @@ def synthetic_model(n: int) -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def _process_cpu(pid: int | None) -> float:
+    """CPU seconds (user + system) a process has used (Linux /proc; 0 elsewhere or without one)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, TypeError):
+        return 0.0
+
+
 def measure(n: int, folder: Path) -> dict[str, float]:
     from PySide6.QtCore import QPointF, QSettings
     from PySide6.QtGui import QImage, QPainter
@@ -77,6 +86,26 @@ def measure(n: int, folder: Path) -> dict[str, float]:
     app.processEvents()
     from tests.app.analysis_support import StallMeter
 
+    # The editor's start-up is not opening: a small model first, and the worker process ready to
+    # take jobs (a build without that notion: its ready event), as a user opening a file finds them.
+    small = folder / "synthetic500.onnx"
+    onnx.save(synthetic_model(500), small)
+    done: list[bool] = []
+    win.document_shown.connect(lambda: done.append(True))
+    win.open_path(small)
+    from app.worker_process import worker
+
+    proc = worker()
+    ready = getattr(proc, "accepting", proc.ready)
+    t0 = time.perf_counter()
+    while not (done and ready.is_set()) and time.perf_counter() - t0 < 120:
+        app.processEvents()
+        time.sleep(0.005)
+    doc = win.doc
+    while (doc._place_task is not None or doc._analysis_timer.isActive() or doc._delayed_analysis.isActive()) \
+            and time.perf_counter() - t0 < 120:
+        app.processEvents()
+        time.sleep(0.005)
     progress_updates = []
     first: list[float] = []
     shown: list[float] = []
@@ -86,7 +115,7 @@ def measure(n: int, folder: Path) -> dict[str, float]:
     meter = StallMeter()
     meter.__enter__()
     t0 = time.perf_counter()
-    cpu0 = time.process_time()
+    cpu0, wcpu0 = time.process_time(), _process_cpu(proc.pid)
     task = win.open_path(path)
     task.signals.progress.connect(lambda f, t: progress_updates.append(f))
     while not first:
@@ -94,7 +123,7 @@ def measure(n: int, folder: Path) -> dict[str, float]:
         time.sleep(0.001)
         if time.perf_counter() - t0 > 120:
             raise RuntimeError("timed out")
-    first_s, first_cpu = first[0] - t0, time.process_time() - cpu0
+    first_s, first_cpu, worker_cpu = first[0] - t0, time.process_time() - cpu0, _process_cpu(proc.pid) - wcpu0
     first_stall, first_stall_cpu = meter.worst, meter.worst_cpu
     while not shown:
         app.processEvents()
@@ -168,6 +197,7 @@ def measure(n: int, folder: Path) -> dict[str, float]:
     app.processEvents()
     items = len(win.scene.node_items)
     return {"nodes": len(win.doc.graph) if win.doc else n, "first_s": first_s, "first_cpu_s": first_cpu,
+            "worker_cpu_s": worker_cpu,
             "far_ms": far_s * 1000, "items": items,
             "first_stall_ms": first_stall, "first_stall_cpu_ms": first_stall_cpu, "open_s": open_s,
             "settled_s": settled_s, "stall_ms": meter.worst, "stall_cpu_ms": meter.worst_cpu,
@@ -181,7 +211,7 @@ def main(argv: list[str]) -> int:
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
         sys.stdout.write(f"load average (1 min) at the start: {os.getloadavg()[0]:.1f}\n")
-        sys.stdout.write("nodes   first view shown (CPU)  worst stall until then (GUI CPU)  document shown  placed"
+        sys.stdout.write("nodes   first view shown (CPU editor + worker process)  worst stall until then (GUI CPU)  document shown  placed"
                          "  far region  worst stall throughout (GUI CPU)  frame zoomed out  frame 100%  re-analysis"
                          " (GUI thread / done / all on the GUI thread)  progress updates  items  target\n")
         for n in sizes:
@@ -189,7 +219,7 @@ def main(argv: list[str]) -> int:
             target = TARGETS.get(n)
             verdict = "" if target is None else (f"< {target:g} s " + ("ok" if r["first_s"] < target else "MISSED"))
             ok &= target is None or r["first_s"] < target
-            sys.stdout.write(f"{n:>6} (load {os.getloadavg()[0]:4.1f})  {r['first_s']:>8.2f} s ({r['first_cpu_s']:.2f} s)  "
+            sys.stdout.write(f"{n:>6} (load {os.getloadavg()[0]:4.1f})  {r['first_s']:>8.2f} s ({r['first_cpu_s']:.2f} + {r['worker_cpu_s']:.2f} s)  "
                              f"{r['first_stall_ms']:>10.0f} ms ({r['first_stall_cpu_ms']:.0f} ms)"
                              f"  {r['open_s']:>9.2f} s  {r['settled_s']:>5.2f} s  {r['far_ms']:>7.0f} ms"
                              f"  {r['stall_ms']:>10.0f} ms "
