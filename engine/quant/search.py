@@ -186,9 +186,10 @@ def search_mixed_precision(graph: Graph, data: CalibrationSet, config: QuantConf
     base_c = ev_c.measure(config)
     reserve[0] = opt.finish_measurements * ev_c.mean_seconds
     # as many samples per measurement as keep one under 1/40 of the budget (at least 4), timed on
-    # an ordinary measurement (the anchor's run keeps every value: several times slower)
-    per_sample = ev_c.mean_seconds / len(ev_c.feeds)
-    s_idx = thin(s_idx, max(4, int(budget / 40 / max(per_sample, 1e-6))), data.groups)
+    # an ordinary measurement (the anchor's run keeps every value: several times slower); its
+    # fixed part (building the model and executor) is paid once per measurement, not per sample
+    fixed, per_sample = ev_c.sample_seconds()
+    s_idx = thin(s_idx, max(4, int((budget / 40 - fixed) / max(per_sample, 1e-6))), data.groups)
     ev_s = Evaluator(graph, calibration, [data.sample(i) for i in s_idx], reference)
     pricing = Pricing(graph, target, quantized)
 

@@ -193,6 +193,8 @@ class Evaluator:
         self.cache: dict[tuple, Quality] = {}
         self.seconds = 0.0
         self.runs = 0
+        self.run_seconds = 0.0  # of ``seconds``: in the executor's runs of the samples (measure only)
+        self.measured = 0
         self.anchor: QuantizedModel | None = None
         self.anchor_values: list[dict[str, np.ndarray]] = []
         if anchor is not None:
@@ -241,14 +243,19 @@ class Evaluator:
         if part is not None:
             ex = Executor(part)
             names = [v.name for v in part.inputs]
+            t_run = time.perf_counter()
             for vals in self.anchor_values:
                 got = ex.run({n: vals[n] for n in names if n in vals})
                 gots.append({n: got[n] if n in got else vals[n] for n in self.names})
         else:
             ex = Executor(qm.graph)
+            t_run = time.perf_counter()
             gots = [ex.run(check_feeds(qm.graph, f)) for f in self.feeds]
-        self.seconds += time.perf_counter() - t
+        now = time.perf_counter()
+        self.seconds += now - t
         self.runs += 1
+        self.run_seconds += now - t_run
+        self.measured += 1
         self.cache[key] = q = self._quality(gots)
         return q
 
@@ -256,6 +263,12 @@ class Evaluator:
     def mean_seconds(self) -> float:
         """Mean time of one measurement so far."""
         return self.seconds / max(self.runs, 1)
+
+    def sample_seconds(self) -> tuple[float, float]:
+        """What one measurement costs, from those so far: its fixed part (building the model and
+        the executor) and its time per sample."""
+        per_sample = self.run_seconds / max(self.measured, 1) / max(len(self.feeds), 1)
+        return max(self.mean_seconds - per_sample * len(self.feeds), 0.0), per_sample
 
 
 class Pricing:

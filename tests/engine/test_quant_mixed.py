@@ -309,3 +309,26 @@ def test_a_verdict_on_fewer_check_samples_asks_a_wider_margin():
     assert small_sample_z(100) == pytest.approx(Z_NINE_IN_TEN, abs=0.01)  # many samples: the normal z
     assert four.bound_db(small_sample_z(4)) < four.bound_db() - 1.0  # 4 samples: dBs more margin
     assert eight.bound_db(small_sample_z(8)) > four.bound_db(small_sample_z(4))
+
+
+def test_a_slow_model_build_does_not_thin_the_search_samples_of_a_fast_model(decoy, monkeypatch):
+    # Building each measurement's model costs the same however many samples it runs: a machine
+    # under load (a slower build) must not make the same command decide on fewer samples.
+    import time
+
+    from engine.quant import search_eval
+
+    _, graph, data = decoy
+    base = quantize(graph, data, QuantConfig(), analysis_samples=8)
+    real = search_eval.build_qdq
+
+    def slow_build(*args, **kwargs):
+        time.sleep(0.05)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(search_eval, "build_qdq", slow_build)
+    mp = search_mixed_precision(graph, data, base.config, base.calibration, None,
+                                SearchOptions(target_sqnr_db=200.0, choices=("int16",), time_budget_s=6.0))
+    doc = mp.to_json()
+    # 6 s / 40 is 150 ms a measurement: 50 ms of it building, the samples' runs well under 1 ms
+    assert doc["samples"]["search"] == N - len(doc["check_samples"])
