@@ -199,19 +199,21 @@ def _pull(v, upward, downward, x, live, n_real, lu, lv, up_at, up_link, down_at,
     s = 0.0
     w = 0.0
     if upward:
-        for j in range(up_at[v], up_at[v + 1]):
-            u = lu[up_link[j]]
-            if live[u]:
-                wt = (8.0 if dummy else 2.0) if u >= n_real else (2.0 if dummy else 1.0)
-                s += wt * x[u]
-                w += wt
+        s, w = _pull_side(v, dummy, up_at, up_link, lu, x, live, n_real, s, w)
     if downward:
-        for j in range(down_at[v], down_at[v + 1]):
-            u = lv[down_link[j]]
-            if live[u]:
-                wt = (8.0 if dummy else 2.0) if u >= n_real else (2.0 if dummy else 1.0)
-                s += wt * x[u]
-                w += wt
+        s, w = _pull_side(v, dummy, down_at, down_link, lv, x, live, n_real, s, w)
+    return s, w
+
+
+@njit(cache=True, nogil=True)
+def _pull_side(v, dummy, at, link, ends, x, live, n_real, s, w):
+    """``s`` and ``w`` with the neighbours of ``v`` on one side added, in their order."""
+    for j in range(at[v], at[v + 1]):
+        u = ends[link[j]]
+        if live[u]:
+            wt = (8.0 if dummy else 2.0) if u >= n_real else (2.0 if dummy else 1.0)
+            s += wt * x[u]
+            w += wt
     return s, w
 
 

@@ -89,22 +89,29 @@ def serialized(graph) -> bytes:
     return to_onnx(graph).SerializeToString(deterministic=True)
 
 
-def open_chain_window(qtbot, tmp_path: Path, nodes: int, signal: str = "document_shown"):
-    """A 1200x800 window (no target) opening a chain_model of ``nodes`` nodes; returns once
-    its ``signal`` (document_shown, or canvas_shown for the first view) fired."""
+def new_window(qtbot, tmp_path: Path):
+    """A shown 1200x800 window with no target, its settings and recovery under ``tmp_path``, that
+    discards unsaved work when asked."""
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QMessageBox
 
     from app.main_window import MainWindow
 
-    path = tmp_path / "chain.onnx"
-    onnx.save(chain_model(nodes), path)
     win = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat),
                      recovery_dir=tmp_path / "recovery", restore_state=False, default_target=None)
     qtbot.addWidget(win)
     win.resize(1200, 800)
     win.show()
     win.ask_save = lambda: QMessageBox.StandardButton.Discard
+    return win
+
+
+def open_chain_window(qtbot, tmp_path: Path, nodes: int, signal: str = "document_shown"):
+    """A new_window opening a chain_model of ``nodes`` nodes; returns once its ``signal``
+    (document_shown, or canvas_shown for the first view) fired."""
+    path = tmp_path / "chain.onnx"
+    onnx.save(chain_model(nodes), path)
+    win = new_window(qtbot, tmp_path)
     with qtbot.waitSignal(getattr(win, signal), timeout=60000):
         win.open_path(path)
     return win

@@ -95,23 +95,15 @@ STALL_NODES = 12000
 def _open_stall(qtbot, tmp_path) -> tuple[float, float, float]:
     """(wall ms, GUI-thread CPU ms, idle noise ms) of the longest stall from the open of a
     STALL_NODES chain until its opening analysis landed."""
-    from PySide6.QtCore import QSettings
-    from PySide6.QtWidgets import QMessageBox
 
-    from app.main_window import MainWindow
     from app.worker_process import worker
-    from tests.app._helpers import chain_model
+    from tests.app._helpers import chain_model, new_window
     from tests.app.analysis_support import StallMeter, idle_noise_ms
 
     tmp_path.mkdir()
     path = tmp_path / "chain.onnx"
     onnx.save(chain_model(STALL_NODES), path)
-    win = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat),
-                     recovery_dir=tmp_path / "recovery", restore_state=False, default_target=None)
-    qtbot.addWidget(win)
-    win.resize(1200, 800)
-    win.show()
-    win.ask_save = lambda: QMessageBox.StandardButton.Discard
+    win = new_window(qtbot, tmp_path)
     wait_for(worker().accepting.is_set, 120, "the worker process")  # the editor's start-up is not opening
     noise = idle_noise_ms(0.5)
     try:

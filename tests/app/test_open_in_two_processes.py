@@ -8,13 +8,11 @@ from __future__ import annotations
 import onnx
 import pytest
 from onnx import TensorProto, helper
-from PySide6.QtCore import QSettings
-from PySide6.QtWidgets import QMessageBox
 
 from app.canvas.layout import layered_layout
 from app.canvas.snapshot import take_snapshot
 from app.worker_process import worker
-from tests.app._helpers import chain_model, close_window
+from tests.app._helpers import chain_model, close_window, new_window
 from tests.app.analysis_support import wait_for
 
 pytestmark = pytest.mark.gui
@@ -22,14 +20,7 @@ pytestmark = pytest.mark.gui
 
 @pytest.fixture
 def window(qtbot, tmp_path):
-    from app.main_window import MainWindow
-
-    win = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat),
-                     recovery_dir=tmp_path / "recovery", restore_state=False, default_target=None)
-    qtbot.addWidget(win)
-    win.resize(1200, 800)
-    win.show()
-    win.ask_save = lambda: QMessageBox.StandardButton.Discard
+    win = new_window(qtbot, tmp_path)
     win.interactive = False  # a refusal goes to the status bar, not to a modal box
     wait_for(lambda: worker().accepting.is_set(), 120, "the worker process to take jobs")
     yield win
