@@ -31,6 +31,7 @@ import numba
 import numpy as np
 from numba import njit
 
+ENTRY_POINTS = ("kahn_order", "assign_layers", "reduce_crossings", "place_flow")  # what layout.py calls
 COMPILED_FROM = 2000  # nodes: below this, a process without the compiled code interprets it
 
 
@@ -423,8 +424,10 @@ def cached() -> bool:
 
 
 def compiled_here() -> bool:
-    """Whether this process already holds the compiled code (it compiled or loaded it)."""
-    return all(f.signatures for f in _dispatchers().values())  # type: ignore[attr-defined]
+    """Whether this process already holds the compiled code (it compiled or loaded it) of the
+    functions layout.py calls (those they call are compiled into them: loaded from the cache,
+    their own dispatchers stay empty)."""
+    return all(globals()[name].signatures for name in ENTRY_POINTS)
 
 
 def kernels(n: int, compile_here: bool = False) -> types.SimpleNamespace:
