@@ -23,6 +23,7 @@ array: row k is ``rows[row_at[k]:row_at[k + 1]]``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import types
 from pathlib import Path
@@ -411,6 +412,7 @@ def interpreted() -> types.SimpleNamespace:
     return _INTERPRETED
 
 
+@functools.cache
 def _marker() -> Path:
     source = Path(__file__).read_bytes()
     tag = hashlib.sha1(source + numba.__version__.encode()).hexdigest()[:16]

@@ -102,17 +102,12 @@ def split_samples(n: int, search: int = 24, check: int = 8,
                   groups: list[str] | None = None) -> tuple[list[int], list[int]]:
     """Indices of the search part (at most ``search``) and of the check part (held_out_split)."""
     rest, held = held_out_split(n, check, groups)
-    return thin(rest, search, groups), held
+    return spread(rest, search, groups), held
 
 
 def subset(data: CalibrationSet, idx: list[int]) -> CalibrationSet:
     """The samples ``idx`` of ``data``, in that order."""
     return data.subset(idx)
-
-
-def thin(idx: list[int], most: int, groups: list[str] | None = None) -> list[int]:
-    """At most ``most`` of ``idx``, spread over the set (engine/quant/split.py)."""
-    return spread(idx, most, groups)
 
 
 def with_samples(graph: Graph, calibration: Calibration, data: CalibrationSet, idx: list[int],
@@ -189,7 +184,7 @@ def search_mixed_precision(graph: Graph, data: CalibrationSet, config: QuantConf
     # an ordinary measurement (the anchor's run keeps every value: several times slower); its
     # fixed part (building the model and executor) is paid once per measurement, not per sample
     fixed, per_sample = ev_c.sample_seconds()
-    s_idx = thin(s_idx, max(4, int((budget / 40 - fixed) / max(per_sample, 1e-6))), data.groups)
+    s_idx = spread(s_idx, max(4, int((budget / 40 - fixed) / max(per_sample, 1e-6))), data.groups)
     ev_s = Evaluator(graph, calibration, [data.sample(i) for i in s_idx], reference)
     pricing = Pricing(graph, target, quantized)
 
