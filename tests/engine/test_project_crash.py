@@ -11,6 +11,7 @@ look like a project.
 from __future__ import annotations
 
 import base64
+import collections
 import os
 import random
 import signal
@@ -25,9 +26,12 @@ from engine.project import Project, load_project, save_project
 from tests.models import ROOT
 
 KILLS = 24
+AHEAD = 3  # savers started (importing, waiting for "go") ahead of the one being killed
 PAYLOAD_BYTES = 3_000_000  # base64: ~4 MB of JSON per save
 
-# Loads the two versions, says "ready", then saves them alternately until it is killed.
+# Loads the two versions, says "ready", waits for "go", then saves them alternately until it is
+# killed. The wait lets the next savers import while the current one is killed (the import is
+# most of a kill's cost); only the one told "go" ever writes.
 CHILD = """
 import sys
 from pathlib import Path
@@ -36,6 +40,7 @@ target = Path(sys.argv[1])
 versions = [load_project(p) for p in sys.argv[2:]]
 sys.stdout.write("ready\\n")
 sys.stdout.flush()
+sys.stdin.readline()
 i = 0
 while True:
     save_project(target, versions[i % 2])
@@ -94,41 +99,59 @@ def test_kill_9_during_save_leaves_the_old_or_the_new_project(tmp_path):
     seen: set[Path] = set()
     left_behind = 0
     t0 = time.monotonic()
-    for kill in range(KILLS):
-        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        try:
-            ready = proc.stdout.readline()
-            assert ready == b"ready\n", proc.stderr.read().decode(errors="replace")
-            if kill % 2:  # inside a write: right after its temporary file appeared
-                assert _wait_for_a_write(work, seen | {model, target}), "the saver never started a write"
-                time.sleep(rng.uniform(0.0, 0.002))
-            else:  # several saves into the loop, at a random phase
-                time.sleep(rng.uniform(0.02, 0.3))
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(timeout=10)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            proc.stdout.close()
-            err = proc.stderr.read().decode(errors="replace")
-            proc.stderr.close()
-        assert proc.returncode == -signal.SIGKILL, f"kill {kill}: the saver died on its own: {err}"
 
-        data = target.read_bytes()
-        assert data in expected, f"kill {kill}: {target.name} is neither version ({len(data)} bytes)"
-        loaded = load_project(target)
-        assert loaded == versions[expected.index(data)]
+    def spawn() -> subprocess.Popen:
+        return subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
 
-        strays = _strays(work, keep)
-        new = strays - seen
-        assert len(new) <= 1, f"kill {kill}: one kill left {sorted(p.name for p in new)}"
-        for p in new:  # the temporary file of the interrupted write: hidden, never a *.npuproj
-            assert p.name.startswith(f".{target.name}.")
-            assert p.name.endswith(".tmp")
-            left_behind += 1
-        seen = strays
-        assert sorted(work.glob("*.npuproj")) == [target]
+    waiting = collections.deque(spawn() for _ in range(min(AHEAD, KILLS)))
+    try:
+        for kill in range(KILLS):
+            proc = waiting.popleft()
+            if kill + AHEAD < KILLS:
+                waiting.append(spawn())
+            try:
+                ready = proc.stdout.readline()
+                assert ready == b"ready\n", proc.stderr.read().decode(errors="replace")
+                proc.stdin.write(b"go\n")
+                proc.stdin.flush()
+                if kill % 2:  # inside a write: right after its temporary file appeared
+                    assert _wait_for_a_write(work, seen | {model, target}), "the saver never started a write"
+                    time.sleep(rng.uniform(0.0, 0.002))
+                else:  # several saves into the loop, at a random phase
+                    time.sleep(rng.uniform(0.02, 0.3))
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(timeout=10)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+                proc.stdin.close()
+                proc.stdout.close()
+                err = proc.stderr.read().decode(errors="replace")
+                proc.stderr.close()
+            assert proc.returncode == -signal.SIGKILL, f"kill {kill}: the saver died on its own: {err}"
+
+            data = target.read_bytes()
+            assert data in expected, f"kill {kill}: {target.name} is neither version ({len(data)} bytes)"
+            loaded = load_project(target)
+            assert loaded == versions[expected.index(data)]
+
+            strays = _strays(work, keep)
+            new = strays - seen
+            assert len(new) <= 1, f"kill {kill}: one kill left {sorted(p.name for p in new)}"
+            for p in new:  # the temporary file of the interrupted write: hidden, never a *.npuproj
+                assert p.name.startswith(f".{target.name}.")
+                assert p.name.endswith(".tmp")
+                left_behind += 1
+            seen = strays
+            assert sorted(work.glob("*.npuproj")) == [target]
+    finally:
+        for proc in waiting:  # a failed kill leaves no saver behind
+            proc.kill()
+            proc.wait()
+            for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                pipe.close()
     elapsed = time.monotonic() - t0
 
     # Kills did land inside a write (between creating the temporary file and the rename), so
