@@ -327,12 +327,16 @@ def per_channel_(op: str, x: np.ndarray, p: np.ndarray, x_first: bool) -> np.nda
     return channel_chain_(x, _ONE_OP[codes[0 if x_first else 1]], np.ascontiguousarray(p).reshape(1, c))
 
 
-def channel_chain_(x: np.ndarray, codes: np.ndarray, params: np.ndarray) -> np.ndarray:
+def channel_chain_(x: np.ndarray, codes: np.ndarray, params: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """Per-channel elementwise ops (codes: 0 x*p, 1 x+p, 2 x-p, 3 p-x, 4 x/p, 5 p/x, 6 max(x, 0))
-    applied in turn to every channel row of C-contiguous float ``x`` (N, C, ...) in place, each
-    rounded as its numpy op; ``params`` (ops, C) of x's dtype."""
-    _jit().channel_chain(x.reshape(x.shape[0], x.shape[1], -1), codes, params)
-    return x
+    applied in turn to every channel row of C-contiguous float ``x`` (N, C, ...), each rounded as
+    its numpy op; ``params`` (ops, C) of x's dtype. Written into ``x`` itself, or into ``out``
+    (C-contiguous, x's shape and dtype): then one pass reads x and writes out."""
+    if out is None:
+        out = x
+    lead = (x.shape[0], x.shape[1], -1)
+    _jit().channel_chain(x.reshape(lead), out.reshape(lead), codes, params)
+    return out
 
 
 def warm_up() -> None:

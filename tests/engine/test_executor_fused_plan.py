@@ -256,7 +256,7 @@ def _channel_chain_model():
 
 
 def test_per_channel_chains_run_as_one_pass_with_the_op_by_op_numbers():
-    from engine.sim.plan_fusion import ChannelChain
+    from engine.sim.plan_fusion import ChannelChain, NormChain
 
     model = _channel_chain_model()
     graph = engine.load(model)
@@ -267,12 +267,50 @@ def test_per_channel_chains_run_as_one_pass_with_the_op_by_op_numbers():
     runs = [ex.run(feeds)["y"] for _ in range(3)]  # the first run builds the chains' parameters
     plan = ex._plans[(id(graph), True)]
     assert _fused_steps(ex) == ["Concat", "BatchNormalization", "Conv", "Concat"]
-    assert sum(isinstance(p.fn, ChannelChain) for s in plan.steps for p in s.post) == 2
+    assert sum(isinstance(p.fn, ChannelChain) for s in plan.steps for p in s.post) == 1  # the Conv's
+    norm = [s.fn for s in plan.steps if isinstance(s.fn, NormChain)]  # the BatchNormalization's, with its chain
+    assert len(norm) == 1 and all(norm[0].progs.values()) and not plan.steps[1].post
     op_by_op = ex.run(feeds, keep_all=True)["y"]
     for got in runs:
         np.testing.assert_array_equal(got, op_by_op)
     assert (op_by_op == 0).any() and (op_by_op > 0).any()
     np.testing.assert_allclose(runs[-1], _ort(model, feeds)["y"], rtol=1e-5, atol=1e-5)
+
+
+def test_a_batchnorm_chain_on_a_dying_input_follows_statistics_a_feed_overrides():
+    """Abs -> BatchNormalization -> Relu with the statistics initializers that are also graph
+    inputs (IR 3): one pass in the Abs output's buffer, and a feed of other statistics gets
+    their numbers (the pass's parameters belong to the statistics it was built from)."""
+    from engine.sim.plan_fusion import NormChain
+
+    rng = np.random.default_rng(9)
+    c = 4
+    stats = {"g": rng.uniform(0.5, 2, c), "be": rng.standard_normal(c), "mu": rng.standard_normal(c),
+             "var": rng.uniform(0.2, 3, c)}
+    inits = [numpy_helper.from_array(v.astype(np.float32), k) for k, v in stats.items()]
+    nodes = [helper.make_node("Abs", ["x"], ["a"]),
+             helper.make_node("BatchNormalization", ["a", "g", "be", "mu", "var"], ["n"]),
+             helper.make_node("Relu", ["n"], ["y"])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 3, 5])]
+    inputs += [helper.make_tensor_value_info(k, TensorProto.FLOAT, [c]) for k in stats]
+    g = helper.make_graph(nodes, "bnr", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, 3, 5])],
+                          inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)], ir_version=3)
+    x = rng.standard_normal((1, c, 3, 5)).astype(np.float32)
+    ex = Executor(engine.load(model))
+    runs = [ex.run({"x": x})["y"] for _ in range(3)]
+    plan = ex._plans[(id(ex.graph), True)]
+    assert _fused_steps(ex) == ["Abs", "BatchNormalization"]
+    assert isinstance(plan.steps[1].fn, NormChain) and all(plan.steps[1].fn.progs.values())
+    op_by_op = ex.run({"x": x}, keep_all=True)["y"]
+    for got in runs:
+        np.testing.assert_array_equal(got, op_by_op)
+    assert (op_by_op == 0).any() and (op_by_op > 0).any()
+    other = {"x": x, "mu": (stats["mu"] + 1).astype(np.float32)}
+    got = ex.run(other)["y"]
+    np.testing.assert_array_equal(got, ex.run(other, keep_all=True)["y"])
+    assert not np.array_equal(got, op_by_op)
+    assert ex.fused_fallbacks == 0
 
 
 def test_a_channel_chain_dividing_by_a_zero_constant_gives_infinities_without_falling_back():
