@@ -387,6 +387,28 @@ def channel_chain(x, out, codes, params):  # pragma: no cover - compiled
                         row[i] = np.maximum(row[i], 0)
 
 
+@njit(cache=True, nogil=True)
+def lrn_base(x, out, lo, hi, k, bias):  # pragma: no cover - compiled
+    # LRN's base, out (N, C, S) = bias + k * (sum of x^2 over the channels c-lo .. c+hi, clipped):
+    # the window sum as numpy's form takes it, a running sum over the channels (cumsum: csum[c+1]
+    # = csum[c] + x[c] * x[c]) differenced at the window's ends, each operation rounded in x's
+    # type (k * w, then bias + that), row by row over the contiguous positions
+    n_batch, c, s = x.shape
+    csum = np.zeros((c + 1, s), x.dtype)
+    for n in range(n_batch):
+        for ch in range(c):
+            prev, cur, row = csum[ch], csum[ch + 1], x[n, ch]
+            for i in range(s):
+                v = row[i]
+                cur[i] = prev[i] + v * v
+        for ch in range(c):
+            up = csum[min(ch + hi, c - 1) + 1]
+            down = csum[max(ch - lo, 0)]
+            dst = out[n, ch]
+            for i in range(s):
+                dst[i] = bias + k * (up[i] - down[i])
+
+
 # float32 exp(v) = 2^n * e^r, n = round(v / ln 2), r = v - n ln 2 (ln 2 in two parts, Cody-Waite),
 # e^r = 1 + r + r^2 P(r) with Cephes expf's degree-5 P (relative error ~1e-7 on |r| <= ln 2 / 2).
 # float32 constants, so numba keeps the arithmetic in float32 (8 lanes of AVX2).

@@ -339,6 +339,21 @@ def channel_chain_(x: np.ndarray, codes: np.ndarray, params: np.ndarray, out: np
     return out
 
 
+def lrn_base_(x: np.ndarray, size: int, alpha: float, bias: float) -> np.ndarray:
+    """LRN's ``bias + alpha / size * window`` (N, C, ...) of float32/float64 ``x``, where window is
+    the sum of squares over ``size`` neighbouring channels: one compiled pass per channel row
+    (numpy's cumsum over the channel axis and the two gathers took 2.9 of the op's 3.8 ms on
+    192 x 56 x 56), the same running sums, differences and roundings (x's type), so the same
+    values."""
+    lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+    xc = np.ascontiguousarray(x)
+    out = np.empty(xc.shape, xc.dtype)
+    lead = (xc.shape[0], xc.shape[1], -1)
+    t = xc.dtype.type
+    _jit().lrn_base(xc.reshape(lead), out.reshape(lead), lo, hi, t(alpha / size), t(bias))
+    return out
+
+
 def warm_up() -> None:
     """Compile (first process after an install) or load from numba's cache every kernel, for
     float32 and float64, now instead of inside the first run that needs one.
@@ -360,6 +375,7 @@ def warm_up() -> None:
         _depthwise_nhwc(xp, np.ones((2, 1, 3, 3), dt), None, (1, 1), (1, 1), (1, 1, 1, 1), (3, 3))
         hard_swish_chain_(np.zeros(2, dt), 3, 0, 6, 6, 0)
         channel_chain_(np.zeros((1, 2, 2), dt), np.arange(7, dtype=np.int64), np.ones((7, 2), dt))
+        lrn_base_(np.zeros((1, 2, 2), dt), 3, 1e-4, 1.0)
     erf32_(np.zeros(2, np.float32))
     gelu32_(np.zeros(2, np.float32))
     logistic32_(np.zeros(2, np.float32))
