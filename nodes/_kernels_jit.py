@@ -246,34 +246,56 @@ def conv2d_grouped(x, w, b, out, pt, pl, sy, sx, hq, wq, qs, offs, kw, band):  #
                         drow[j] = src[j]
 
 
-@njit(cache=True, nogil=True)
-def pool2d_separable(xp, out, kh, kw, sy, sx, dh, dw, is_max):  # pragma: no cover - compiled
-    # every window of the padded (N, C, Hp, Wp) xp reduced into out (N, C, OH, OW), max or sum,
-    # separably: per output row the kh input rows combined column by column (contiguous), then
+@njit(cache=True, nogil=True, error_model="numpy")  # an empty window's 0 / 0 is NaN, as in numpy
+def pool2d_separable(x, out, kh, kw, sy, sx, dh, dw, pt, pl, is_max, div):  # pragma: no cover - compiled
+    # every window of float x (N, C, H, W), padded by pt rows on top and pl columns on the left
+    # (and as far as the windows reach at the end) with -inf (max) or 0 (sum), reduced into out
+    # (N, C, OH, OW), max or sum, then divided by div (OH, OW) unless div is empty (an
+    # average). The padding is never built: per output row the kh rows combine column by
+    # column into a padded-width row whose pl + right-hand border columns hold the fill (a
+    # padding row of a sum adds the zeros itself: -0 + 0 is +0, as with a padded copy), then
     # the kw taps along that row, as nodes.pooling.separable_reduce orders them (rows first,
     # taps in order), so sums round alike; max propagates NaN as np.maximum does. At stride 2
     # the combined row is split into its even and odd columns first, so every tap is a
     # contiguous pass too.
     n_batch, c, oh, ow = out.shape
-    wp = xp.shape[3]
-    acc = np.empty(wp, xp.dtype)
+    h, w = x.shape[2], x.shape[3]
+    fill = x.dtype.type(-np.inf) if is_max else x.dtype.type(0.0)
+    wp = max(pl + w, (ow - 1) * sx + (kw - 1) * dw + 1)
+    acc = np.empty(wp, x.dtype)
     half = (wp + 1) // 2
-    ph = np.empty((2, half), xp.dtype)
+    ph = np.empty((2, half), x.dtype)
+    scale = div.size > 0
+    for j in range(pl):
+        acc[j] = fill
+    for j in range(pl + w, wp):
+        acc[j] = fill
     for n in range(n_batch):
         for ch in range(c):
             for oy in range(oh):
-                r0 = xp[n, ch, oy * sy]
-                for j in range(wp):
-                    acc[j] = r0[j]
+                r = oy * sy - pt
+                if 0 <= r < h:
+                    r0 = x[n, ch, r]
+                    for j in range(w):
+                        acc[pl + j] = r0[j]
+                else:
+                    for j in range(w):
+                        acc[pl + j] = fill
                 for ky in range(1, kh):
-                    r = xp[n, ch, oy * sy + ky * dh]
-                    if is_max:
-                        for j in range(wp):
-                            a, v = acc[j], r[j]
-                            acc[j] = np.maximum(a, v)
-                    else:
-                        for j in range(wp):
-                            acc[j] = acc[j] + r[j]
+                    r = oy * sy + ky * dh - pt
+                    seg = acc[pl:pl + w]
+                    if 0 <= r < h:
+                        row = x[n, ch, r]
+                        if is_max:
+                            for j in range(w):
+                                a, v = seg[j], row[j]
+                                seg[j] = np.maximum(a, v)
+                        else:
+                            for j in range(w):
+                                seg[j] = seg[j] + row[j]
+                    elif not is_max:  # a padding row of zeros
+                        for j in range(w):
+                            seg[j] = seg[j] + fill
                 dst = out[n, ch, oy]
                 if sx == 1 or sx == 2:
                     if sx == 2:
@@ -295,17 +317,21 @@ def pool2d_separable(xp, out, kh, kw, sy, sx, dh, dw, is_max):  # pragma: no cov
                         else:
                             for j in range(ow):
                                 dst[j] = dst[j] + src[j]
-                    continue
-                for ox in range(ow):
-                    row = acc[ox * sx:]
-                    m = row[0]
-                    for kx in range(1, kw):
-                        v = row[kx * dw]
-                        if is_max:
-                            m = np.maximum(m, v)
-                        else:
-                            m = m + v
-                    dst[ox] = m
+                else:
+                    for ox in range(ow):
+                        row = acc[ox * sx:]
+                        m = row[0]
+                        for kx in range(1, kw):
+                            v = row[kx * dw]
+                            if is_max:
+                                m = np.maximum(m, v)
+                            else:
+                                m = m + v
+                        dst[ox] = m
+                if scale:
+                    dv = div[oy]
+                    for j in range(ow):
+                        dst[j] = dst[j] / dv[j]
 
 
 @njit(cache=True, nogil=True)

@@ -9,8 +9,9 @@ same arithmetic in one pass, in the input's float type (float32 stays float32):
   whose im2col is mostly copying: the padded input split into its stride phases (so a strided
   tap reads contiguous memory), each row of taps one contiguous loop over the output plane,
   band by band in L1, with the running sum in a register.
-- ``pool2d``: max and sum pooling windows, row by row in cache (numpy's separable passes
-  over strided views of the whole tensor were 3-10x onnxruntime).
+- ``pool2d``: max and sum (average) pooling windows, row by row in cache, the padding
+  virtual (numpy's separable passes over strided views of the whole tensor were 3-10x
+  onnxruntime; the padded copy was half of what remained).
 - ``erf32_`` / ``gelu32_`` / ``hard_swish_`` / ``logistic32_`` / ``relu_`` / ``clip_`` /
   ``hard_sigmoid_`` / ``silu32_``: elementwise
   functions in one pass, written into a caller-given buffer (which may be the input itself).
@@ -180,15 +181,20 @@ def conv2d_shifted(x: np.ndarray, prepared: tuple[np.ndarray, np.ndarray, np.nda
     return y
 
 
-def pool2d(xp: np.ndarray, kernel: Sequence[int], out_hw: Sequence[int], strides: Sequence[int],
-           dils: Sequence[int], is_max: bool) -> np.ndarray:
-    """Max or sum over every window of padded NCHW float ``xp`` (N, C, OH, OW), in one compiled
-    pass per output row: the window's rows combined along the row (contiguous), then its taps.
-    The same order as numpy's separable passes (nodes.pooling.separable_reduce), so the same
-    sums."""
-    out = np.empty((*xp.shape[:2], int(out_hw[0]), int(out_hw[1])), xp.dtype)
-    _jit().pool2d_separable(np.ascontiguousarray(xp), out, int(kernel[0]), int(kernel[1]), int(strides[0]),
-                            int(strides[1]), int(dils[0]), int(dils[1]), bool(is_max))
+def pool2d(x: np.ndarray, kernel: Sequence[int], out_hw: Sequence[int], strides: Sequence[int],
+           dils: Sequence[int], is_max: bool, pads: Sequence[int] = (0, 0),
+           div: np.ndarray | None = None) -> np.ndarray:
+    """Max or sum over every window of NCHW float ``x`` (N, C, OH, OW), padded by ``pads`` (top,
+    left; the bottom and right as far as the windows reach) with -inf (max) or zeros (sum)
+    without building the padded copy, then divided by ``div`` (OH, OW) when given (an
+    average, in the same pass); one compiled pass per output row: the window's rows combined
+    along the row (contiguous), then its taps. The same order as numpy's separable passes
+    over a padded copy (nodes.pooling.separable_reduce), so the same values."""
+    out = np.empty((*x.shape[:2], int(out_hw[0]), int(out_hw[1])), x.dtype)
+    d = np.empty((0, 0), x.dtype) if div is None else np.ascontiguousarray(div, x.dtype).reshape(out.shape[2:])
+    _jit().pool2d_separable(np.ascontiguousarray(x), out, int(kernel[0]), int(kernel[1]), int(strides[0]),
+                            int(strides[1]), int(dils[0]), int(dils[1]), int(pads[0]), int(pads[1]),
+                            bool(is_max), d)
     return out
 
 
@@ -371,6 +377,7 @@ def warm_up() -> None:
         clip_(np.zeros(2, dt), 0, 6)
         hard_sigmoid_(np.zeros(2, dt), 0.2, 0.5)
         pool2d(xp, (2, 2), (1, 1), (1, 1), (1, 1), True)
+        pool2d(xp, (2, 2), (2, 2), (1, 1), (1, 1), False, (1, 1), np.ones((2, 2), dt))
         conv2d_shifted(xp, shifted_weights(np.ones((1, 2, 2, 2), dt), (1, 1), (1, 1)), None, (1, 1), (0, 0, 0, 0), (2, 2))
         _depthwise_nhwc(xp, np.ones((2, 1, 3, 3), dt), None, (1, 1), (1, 1), (1, 1, 1, 1), (3, 3))
         hard_swish_chain_(np.zeros(2, dt), 3, 0, 6, 6, 0)
