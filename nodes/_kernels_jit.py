@@ -212,6 +212,16 @@ def relu_flat(x, out):  # pragma: no cover - compiled
         out[i] = v if v > zero else (v if v != v else zero)
 
 
+@njit(cache=True, nogil=True)
+def add_relu_flat(a, b, out):  # pragma: no cover - compiled
+    # max(a + b, 0): the sum rounded in the inputs' type, then relu_flat's max (NaN stays NaN,
+    # -0 becomes +0); out may be a or b
+    zero = a.dtype.type(0.0)
+    for i in range(a.size):
+        v = a[i] + b[i]
+        out[i] = v if v > zero else (v if v != v else zero)
+
+
 @njit(cache=True, nogil=True, fastmath=_FAST)
 def conv2d_grouped(x, w, b, out, pt, pl, sy, sx, hq, wq, qs, offs, kw, band):  # pragma: no cover - compiled
     # out (N, M, OH, OW) = x (N, C, H, W) padded (pt top, pl left; zeros) convolved by w

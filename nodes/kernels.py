@@ -256,6 +256,16 @@ def relu_(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     return _flat_pass(_jit().relu_flat, x, out)
 
 
+def add_relu_(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """max(a + b, 0) of two C-contiguous float32/float64 arrays of one shape and dtype in one
+    compiled pass (a residual Add or Sum and its ReLU), the values np.add and relu_ give;
+    ``out`` may be ``a`` or ``b``."""
+    if out is None:
+        out = np.empty_like(a)
+    _jit().add_relu_flat(a.reshape(-1), b.reshape(-1), out.reshape(-1))
+    return out
+
+
 def clip_(x: np.ndarray, lo: Any, hi: Any, out: np.ndarray | None = None) -> np.ndarray:
     """np.clip(x, lo, hi) of C-contiguous float32/float64 ``x`` in one compiled pass (the same
     values: NaN stays NaN, lo > hi gives hi); ``out`` may be ``x``. numpy's clip measured
@@ -374,6 +384,7 @@ def warm_up() -> None:
         conv2d_phases(xp, np.ones((2, 1, 3, 3), dt), None, (2, 2), (1, 1), (1, 1, 1, 1), (2, 2))
         hard_swish_(np.zeros(2, dt))
         relu_(np.zeros(2, dt))
+        add_relu_(np.zeros(2, dt), np.zeros(2, dt))
         clip_(np.zeros(2, dt), 0, 6)
         hard_sigmoid_(np.zeros(2, dt), 0.2, 0.5)
         pool2d(xp, (2, 2), (1, 1), (1, 1), (1, 1), True)

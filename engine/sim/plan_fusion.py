@@ -24,6 +24,8 @@ folded on the first run):
   whose consumers all chain per channel: the normalization and the chain in one pass that
   reads the input and writes the output (NormChain; DenseNet's 61 BN, Mul, Add, Relu: 97 ->
   91 ms, BLAS 1 thread), the same operations in the same order (same numbers).
+- A residual Add or Sum of two values whose only reader is a ReLU: the sum and the ReLU in
+  one compiled pass (AddRelu; ResNet-50's 16 Sum, Relu pairs), the same roundings.
 - HardSwish spelled out as y * clip(y + 3, 0, 6) / 6 (Add, Clip, Mul, Div or Mul in the four
   orders exporters write; PaddleOCR's models hold 9-18 of them) on a Conv/Gemm/MatMul output
   whose only readers are the Add and the Mul: one compiled in-place pass over the producer's
@@ -247,6 +249,27 @@ class NormChain:
         return tuple(stats), codes, params
 
 
+class AddRelu:
+    """A two-input Add or Sum (a residual connection) whose only reader is a ReLU: the sum and
+    the ReLU in one compiled pass (nodes.kernels.add_relu_) into the Add's donated input or a
+    new buffer, where the op by op form wrote the sum in one pass and the ReLU rewrote it in
+    a second. The same roundings (the sum in the inputs' type, then max(., 0)), so the same
+    numbers. Inputs of other shapes or types (broadcasting, integers) run the two kernels."""
+
+    def __init__(self, add: Callable[..., Any], relu: PostOp) -> None:
+        self.add = add
+        self.relu = relu
+
+    def __call__(self, ctx: RunContext, a: Any, b: Any) -> Any:
+        if type(a) is np.ndarray and type(b) is np.ndarray and a.shape == b.shape and a.dtype == b.dtype \
+                and a.dtype in (np.float32, np.float64) and a.flags.c_contiguous and b.flags.c_contiguous:
+            from nodes.kernels import add_relu_
+
+            out = (a, b)[ctx.donate] if ctx.donate in (0, 1) else None
+            return add_relu_(a, b, out)
+        return run_post((self.relu,), _array(self.add(ctx, a, b)))
+
+
 def _array(res: Any) -> Any:
     return res if isinstance(res, np.ndarray) else np.asarray(res if isinstance(res, np.generic) else res[0])
 
@@ -349,6 +372,21 @@ class _Fuser:
         if self.norm_chain(step, posts):
             return
         step.post = _chain_channel_ops(posts)
+
+    def add_relu(self, k: int) -> None:
+        """A two-input Add or Sum whose only reader is a plain ReLU: one AddRelu step."""
+        step = self.steps[k]
+        op = step.spec.op_type
+        if op not in ("Add", "Sum") or step.spec.domain or step.activation is not None or step.post \
+                or len(step.inputs) != 2 or None in step.inputs \
+                or (op == "Add" and step.ctx.opset < 7 and step.ctx.attrs.get("broadcast")):
+            return
+        j = self.sole_reader(k)
+        if not self.plain(j, "Relu") or any(True for _ in self.steps[j].node.subgraphs()):  # type: ignore[index]
+            return
+        relu = self.steps[j]  # type: ignore[index]
+        step.fn = AddRelu(step.spec.reference, PostOp(relu.spec.reference, _ctx(relu, 0), (None,), 0))
+        self.absorb(k, j)  # type: ignore[arg-type]
 
     def norm_chain(self, step: Any, posts: list[PostOp]) -> bool:
         """A standalone BatchNormalization whose post-ops all chain per channel: one NormChain
@@ -552,4 +590,5 @@ def fuse_steps(steps: list[Any], consts: Mapping[str, Any], readers: Counter, ke
     for k in range(len(steps)):
         if k not in f.dead:
             f.post_ops(k)
+            f.add_relu(k)
     return [s for k, s in enumerate(steps) if k not in f.dead], f.new_consts

@@ -313,6 +313,41 @@ def test_a_batchnorm_chain_on_a_dying_input_follows_statistics_a_feed_overrides(
     assert ex.fused_fallbacks == 0
 
 
+@pytest.mark.parametrize("op", ["Sum", "Add"])
+def test_a_residual_sum_and_its_relu_run_as_one_pass_with_the_op_by_op_numbers(op):
+    """Abs -> Neg -> op(., skip) -> Relu (a residual connection; the Neg's output dies there, so an
+    Add writes into it) and op(., broadcast input) -> Relu (no AddRelu pass: the two kernels)."""
+    from engine.sim.plan_fusion import AddRelu
+
+    nodes = [helper.make_node("Abs", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["n"]),
+             helper.make_node(op, ["n", "skip"], ["s"]), helper.make_node("Relu", ["s"], ["r"]),
+             helper.make_node(op, ["r", "ch"], ["s2"]), helper.make_node("Relu", ["s2"], ["y"])]
+    g = helper.make_graph(nodes, "res", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 5]),
+                                         helper.make_tensor_value_info("skip", TensorProto.FLOAT, [1, 3, 4, 5]),
+                                         helper.make_tensor_value_info("ch", TensorProto.FLOAT, [1, 3, 1, 1])],
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 3, 4, 5]) for n in ("y", "r")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    rng = np.random.default_rng(11)
+    feeds = {"x": rng.standard_normal((1, 3, 4, 5)).astype(np.float32),
+             "skip": rng.standard_normal((1, 3, 4, 5)).astype(np.float32),
+             "ch": rng.standard_normal((1, 3, 1, 1)).astype(np.float32)}
+    feeds["skip"][0, 0, 0, :3] = (np.nan, 0.0, -0.0)
+    feeds["x"][0, 0, 0, 1:3] = 0.0  # -0 + 0 and -0 + -0: the ReLU of a signed zero
+    skip = feeds["skip"].copy()
+    ex = Executor(engine.load(model))
+    got = ex.run(feeds)
+    plan = ex._plans[(id(ex.graph), True)]
+    assert _fused_steps(ex) == ["Abs", "Neg", op, op]
+    assert all(isinstance(s.fn, AddRelu) for s in plan.steps[2:])
+    want = ex.run(feeds, keep_all=True)
+    for name in ("y", "r"):
+        np.testing.assert_array_equal(got[name], want[name])
+        np.testing.assert_array_equal(np.signbit(got[name]), np.signbit(want[name]))
+    assert np.isnan(got["r"]).any() and (got["r"][0, 0, 0, 1:3] == 0).all()
+    np.testing.assert_array_equal(feeds["skip"], skip)  # a feed is never written
+    assert ex.fused_fallbacks == 0
+
+
 def test_a_channel_chain_dividing_by_a_zero_constant_gives_infinities_without_falling_back():
     rng = np.random.default_rng(7)
     w = rng.standard_normal((3, 2, 1, 1)).astype(np.float32)
