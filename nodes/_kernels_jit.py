@@ -256,6 +256,18 @@ def conv2d_grouped(x, w, b, out, pt, pl, sy, sx, hq, wq, qs, offs, kw, band):  #
                         drow[j] = src[j]
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _combine(dst, src, cnt, is_max):  # pragma: no cover - compiled
+    # dst[:cnt] = max(dst, src) (NaN propagating, as np.maximum) or dst + src
+    if is_max:
+        for j in range(cnt):
+            a, v = dst[j], src[j]
+            dst[j] = np.maximum(a, v)
+    else:
+        for j in range(cnt):
+            dst[j] = dst[j] + src[j]
+
+
 @njit(cache=True, nogil=True, error_model="numpy")  # an empty window's 0 / 0 is NaN, as in numpy
 def pool2d_separable(x, out, kh, kw, sy, sx, dh, dw, pt, pl, is_max, div):  # pragma: no cover - compiled
     # every window of float x (N, C, H, W), padded by pt rows on top and pl columns on the left
@@ -295,14 +307,7 @@ def pool2d_separable(x, out, kh, kw, sy, sx, dh, dw, pt, pl, is_max, div):  # pr
                     r = oy * sy + ky * dh - pt
                     seg = acc[pl:pl + w]
                     if 0 <= r < h:
-                        row = x[n, ch, r]
-                        if is_max:
-                            for j in range(w):
-                                a, v = seg[j], row[j]
-                                seg[j] = np.maximum(a, v)
-                        else:
-                            for j in range(w):
-                                seg[j] = seg[j] + row[j]
+                        _combine(seg, x[n, ch, r], w, is_max)
                     elif not is_max:  # a padding row of zeros
                         for j in range(w):
                             seg[j] = seg[j] + fill
@@ -319,14 +324,7 @@ def pool2d_separable(x, out, kh, kw, sy, sx, dh, dw, pt, pl, is_max, div):  # pr
                         dst[j] = ph[0, j] if sx == 2 else acc[j]
                     for kx in range(1, kw):
                         t = kx * dw
-                        src = ph[t % 2, t // 2:] if sx == 2 else acc[t:]
-                        if is_max:
-                            for j in range(ow):
-                                a, v = dst[j], src[j]
-                                dst[j] = np.maximum(a, v)
-                        else:
-                            for j in range(ow):
-                                dst[j] = dst[j] + src[j]
+                        _combine(dst, ph[t % 2, t // 2:] if sx == 2 else acc[t:], ow, is_max)
                 else:
                     for ox in range(ow):
                         row = acc[ox * sx:]
