@@ -222,6 +222,21 @@ def add_relu_flat(a, b, out):  # pragma: no cover - compiled
         out[i] = v if v > zero else (v if v != v else zero)
 
 
+@njit(cache=True, nogil=True)
+def int_bias_scale(x, b, s, out):  # pragma: no cover - compiled
+    # out (N, C, S) float32 = float32(int32(x + b[c])) * s: an int32 accumulator plus its
+    # per-channel int32 bias (wrapping as numpy's int32 add does), converted to float32 and
+    # scaled, each step rounded as the ops (Add, Cast, Mul) round it
+    n_batch, c, size = x.shape
+    for n in range(n_batch):
+        for ch in range(c):
+            bv = b[ch]
+            src = x[n, ch]
+            dst = out[n, ch]
+            for i in range(size):
+                dst[i] = np.float32(np.int32(src[i] + bv)) * s
+
+
 @njit(cache=True, nogil=True, fastmath=_FAST)
 def conv2d_grouped(x, w, b, out, pt, pl, sy, sx, hq, wq, qs, offs, kw, band):  # pragma: no cover - compiled
     # out (N, M, OH, OW) = x (N, C, H, W) padded (pt top, pl left; zeros) convolved by w

@@ -266,6 +266,17 @@ def add_relu_(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np
     return out
 
 
+def int_bias_scale_(x: np.ndarray, b: np.ndarray, s: np.float32) -> np.ndarray:
+    """float32(x + b) * s of a C-contiguous int32 accumulator ``x`` (N, C, ...) and an int32 bias
+    of one value per channel (``b``, C values), into a new float32 array in one compiled pass:
+    the values numpy's int32 add, astype(float32) and float32 multiply give."""
+    out = np.empty(x.shape, np.float32)
+    lead = (x.shape[0], x.shape[1], -1)
+    _jit().int_bias_scale(x.reshape(lead), np.ascontiguousarray(b, np.int32).reshape(-1), np.float32(s),
+                          out.reshape(lead))
+    return out
+
+
 def clip_(x: np.ndarray, lo: Any, hi: Any, out: np.ndarray | None = None) -> np.ndarray:
     """np.clip(x, lo, hi) of C-contiguous float32/float64 ``x`` in one compiled pass (the same
     values: NaN stays NaN, lo > hi gives hi); ``out`` may be ``x``. numpy's clip measured
@@ -394,6 +405,7 @@ def warm_up() -> None:
         hard_swish_chain_(np.zeros(2, dt), 3, 0, 6, 6, 0)
         channel_chain_(np.zeros((1, 2, 2), dt), np.arange(7, dtype=np.int64), np.ones((7, 2), dt))
         lrn_base_(np.zeros((1, 2, 2), dt), 3, 1e-4, 1.0)
+    int_bias_scale_(np.zeros((1, 2, 2), np.int32), np.zeros(2, np.int32), np.float32(1))
     erf32_(np.zeros(2, np.float32))
     gelu32_(np.zeros(2, np.float32))
     logistic32_(np.zeros(2, np.float32))

@@ -348,6 +348,37 @@ def test_a_residual_sum_and_its_relu_run_as_one_pass_with_the_op_by_op_numbers(o
     assert ex.fused_fallbacks == 0
 
 
+@pytest.mark.parametrize("bias_shape", [(1, 3, 1, 1), (1, 3, 5, 6)])
+def test_a_dynamically_quantized_convs_add_cast_mul_run_as_one_pass_with_the_op_by_op_numbers(bias_shape):
+    """ConvInteger -> Add(int32 bias fed at run time) -> Cast(float) -> Mul(scale fed at run time),
+    as onnxruntime's dynamic quantization writes it: one IntBiasScale step where the Mul stood,
+    the op by op numbers; a bias of the full shape (no per-channel pass) runs the three kernels."""
+    from engine.sim.plan_fusion import IntBiasScale
+
+    rng = np.random.default_rng(12)
+    w = rng.integers(-128, 128, (3, 2, 3, 3)).astype(np.int8)
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array(131, np.uint8), "xz"),
+             numpy_helper.from_array(np.array(-3, np.int8), "wz")]
+    nodes = [helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["acc"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["acc", "bias"], ["s"]), helper.make_node("Cast", ["s"], ["f"], to=1),
+             helper.make_node("Mul", ["sc", "f"], ["y"])]
+    g = helper.make_graph(nodes, "dq", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 2, 5, 6]),
+                                        helper.make_tensor_value_info("bias", TensorProto.INT32, list(bias_shape)),
+                                        helper.make_tensor_value_info("sc", TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 5, 6])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    feeds = {"x": rng.integers(0, 256, (1, 2, 5, 6)).astype(np.uint8),
+             "bias": rng.integers(-2**20, 2**20, bias_shape).astype(np.int32),
+             "sc": np.array([3.1e-5], np.float32)}
+    ex = Executor(engine.load(model))
+    got = ex.run(feeds)["y"]
+    plan = ex._plans[(id(ex.graph), True)]
+    assert _fused_steps(ex) == ["ConvInteger", "Mul"] and isinstance(plan.steps[1].fn, IntBiasScale)
+    np.testing.assert_array_equal(got, ex.run(feeds, keep_all=True)["y"])
+    np.testing.assert_allclose(got, _ort(model, feeds)["y"], rtol=1e-6)
+    assert ex.fused_fallbacks == 0
+
+
 def test_a_channel_chain_dividing_by_a_zero_constant_gives_infinities_without_falling_back():
     rng = np.random.default_rng(7)
     w = rng.standard_normal((3, 2, 1, 1)).astype(np.float32)
