@@ -307,6 +307,8 @@ class LRNSpec(_NormSpec):
         if a.get("size") is None:
             raise OpError("LRN needs the size attribute")
         size = int(a["size"])
+        if size < 1:
+            raise OpError(f"LRN size must be >= 1, got {size}")
         acc = _acc(x.dtype)
         xf = x.astype(acc, copy=False)
         if xf.ndim >= 2 and xf.size and compiled_float(xf):  # the same values, the base in one compiled pass

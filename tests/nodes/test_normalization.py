@@ -118,7 +118,7 @@ def test_lrn_compiled_pass_gives_the_numpy_forms_values_bit_for_bit(size, dtype)
     """A C-contiguous input runs the compiled base (nodes.kernels.lrn_base_), a strided view the
     numpy cumsum form: the same values, windows clipped at both channel ends (size 9 > 7 channels)."""
     from nodes import registry
-    from nodes.spec import RunContext
+    from nodes.spec import OpError, RunContext
 
     spec = registry.get("LRN")
     wide = (RNG.standard_normal((2, 7, 3, 10)) * 30).astype(dtype)
@@ -128,6 +128,8 @@ def test_lrn_compiled_pass_gives_the_numpy_forms_values_bit_for_bit(size, dtype)
     compiled = spec.reference(ctx, np.ascontiguousarray(view))
     assert compiled.dtype == dtype
     np.testing.assert_array_equal(compiled, numpy_form)
+    with pytest.raises(OpError, match="LRN size must be >= 1, got 0"):
+        spec.reference(RunContext(None, {**ctx.attrs, "size": 0}, 13, None), view)
     lo = (size - 1) // 2
     sq = np.pad(view.astype(np.float64) ** 2, [(0, 0), (lo, size - 1 - lo), (0, 0), (0, 0)])
     window = sum(sq[:, i:i + 7] for i in range(size))
