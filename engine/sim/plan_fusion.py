@@ -22,7 +22,7 @@ folded on the first run):
   (nodes.kernels.channel_chain_), the same operations in the same order (same numbers).
 - A standalone BatchNormalization (its Conv unknown, or its statistics a feed may override)
   whose consumers all chain per channel: the normalization and the chain in one pass that
-  reads the input and writes the output (NormChain; DenseNet's 61 BN, Mul, Add, Relu: 97 ->
+  reads the input and writes the output (NormChain; DenseNet's 63 BN, Mul, Add, Relu: 97 ->
   91 ms, BLAS 1 thread), the same operations in the same order (same numbers).
 - A residual Add or Sum of two values whose only reader is a ReLU: the sum and the ReLU in
   one compiled pass (AddRelu; ResNet-50's 16 Sum, Relu pairs), the same roundings.
