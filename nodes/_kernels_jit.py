@@ -212,6 +212,31 @@ def relu_flat(x, out):  # pragma: no cover - compiled
         out[i] = v if v > zero else (v if v != v else zero)
 
 
+@njit(cache=True, nogil=True)
+def add_relu_flat(a, b, out):  # pragma: no cover - compiled
+    # max(a + b, 0): the sum rounded in the inputs' type, then relu_flat's max (NaN stays NaN,
+    # -0 becomes +0); out may be a or b
+    zero = a.dtype.type(0.0)
+    for i in range(a.size):
+        v = a[i] + b[i]
+        out[i] = v if v > zero else (v if v != v else zero)
+
+
+@njit(cache=True, nogil=True)
+def int_bias_scale(x, b, s, out):  # pragma: no cover - compiled
+    # out (N, C, S) float32 = float32(int32(x + b[c])) * s: an int32 accumulator plus its
+    # per-channel int32 bias (wrapping as numpy's int32 add does), converted to float32 and
+    # scaled, each step rounded as the ops (Add, Cast, Mul) round it
+    n_batch, c, size = x.shape
+    for n in range(n_batch):
+        for ch in range(c):
+            bv = b[ch]
+            src = x[n, ch]
+            dst = out[n, ch]
+            for i in range(size):
+                dst[i] = np.float32(np.int32(src[i] + bv)) * s
+
+
 @njit(cache=True, nogil=True, fastmath=_FAST)
 def conv2d_grouped(x, w, b, out, pt, pl, sy, sx, hq, wq, qs, offs, kw, band):  # pragma: no cover - compiled
     # out (N, M, OH, OW) = x (N, C, H, W) padded (pt top, pl left; zeros) convolved by w
@@ -246,34 +271,61 @@ def conv2d_grouped(x, w, b, out, pt, pl, sy, sx, hq, wq, qs, offs, kw, band):  #
                         drow[j] = src[j]
 
 
-@njit(cache=True, nogil=True)
-def pool2d_separable(xp, out, kh, kw, sy, sx, dh, dw, is_max):  # pragma: no cover - compiled
-    # every window of the padded (N, C, Hp, Wp) xp reduced into out (N, C, OH, OW), max or sum,
-    # separably: per output row the kh input rows combined column by column (contiguous), then
+@njit(cache=True, nogil=True, inline="always")
+def _combine(dst, src, cnt, is_max):  # pragma: no cover - compiled
+    # dst[:cnt] = max(dst, src) (NaN propagating, as np.maximum) or dst + src
+    if is_max:
+        for j in range(cnt):
+            a, v = dst[j], src[j]
+            dst[j] = np.maximum(a, v)
+    else:
+        for j in range(cnt):
+            dst[j] = dst[j] + src[j]
+
+
+@njit(cache=True, nogil=True, error_model="numpy")  # an empty window's 0 / 0 is NaN, as in numpy
+def pool2d_separable(x, out, kh, kw, sy, sx, dh, dw, pt, pl, is_max, div):  # pragma: no cover - compiled
+    # every window of float x (N, C, H, W), padded by pt rows on top and pl columns on the left
+    # (and as far as the windows reach at the end) with -inf (max) or 0 (sum), reduced into out
+    # (N, C, OH, OW), max or sum, then divided by div (OH, OW) unless div is empty (an
+    # average). The padding is never built: per output row the kh rows combine column by
+    # column into a padded-width row whose pl + right-hand border columns hold the fill (a
+    # padding row of a sum adds the zeros itself: -0 + 0 is +0, as with a padded copy), then
     # the kw taps along that row, as nodes.pooling.separable_reduce orders them (rows first,
     # taps in order), so sums round alike; max propagates NaN as np.maximum does. At stride 2
     # the combined row is split into its even and odd columns first, so every tap is a
     # contiguous pass too.
     n_batch, c, oh, ow = out.shape
-    wp = xp.shape[3]
-    acc = np.empty(wp, xp.dtype)
+    h, w = x.shape[2], x.shape[3]
+    fill = x.dtype.type(-np.inf) if is_max else x.dtype.type(0.0)
+    wp = max(pl + w, (ow - 1) * sx + (kw - 1) * dw + 1)
+    acc = np.empty(wp, x.dtype)
     half = (wp + 1) // 2
-    ph = np.empty((2, half), xp.dtype)
+    ph = np.empty((2, half), x.dtype)
+    scale = div.size > 0
+    for j in range(pl):
+        acc[j] = fill
+    for j in range(pl + w, wp):
+        acc[j] = fill
     for n in range(n_batch):
         for ch in range(c):
             for oy in range(oh):
-                r0 = xp[n, ch, oy * sy]
-                for j in range(wp):
-                    acc[j] = r0[j]
+                r = oy * sy - pt
+                if 0 <= r < h:
+                    r0 = x[n, ch, r]
+                    for j in range(w):
+                        acc[pl + j] = r0[j]
+                else:
+                    for j in range(w):
+                        acc[pl + j] = fill
                 for ky in range(1, kh):
-                    r = xp[n, ch, oy * sy + ky * dh]
-                    if is_max:
-                        for j in range(wp):
-                            a, v = acc[j], r[j]
-                            acc[j] = np.maximum(a, v)
-                    else:
-                        for j in range(wp):
-                            acc[j] = acc[j] + r[j]
+                    r = oy * sy + ky * dh - pt
+                    seg = acc[pl:pl + w]
+                    if 0 <= r < h:
+                        _combine(seg, x[n, ch, r], w, is_max)
+                    elif not is_max:  # a padding row of zeros
+                        for j in range(w):
+                            seg[j] = seg[j] + fill
                 dst = out[n, ch, oy]
                 if sx == 1 or sx == 2:
                     if sx == 2:
@@ -287,25 +339,22 @@ def pool2d_separable(xp, out, kh, kw, sy, sx, dh, dw, is_max):  # pragma: no cov
                         dst[j] = ph[0, j] if sx == 2 else acc[j]
                     for kx in range(1, kw):
                         t = kx * dw
-                        src = ph[t % 2, t // 2:] if sx == 2 else acc[t:]
-                        if is_max:
-                            for j in range(ow):
-                                a, v = dst[j], src[j]
-                                dst[j] = np.maximum(a, v)
-                        else:
-                            for j in range(ow):
-                                dst[j] = dst[j] + src[j]
-                    continue
-                for ox in range(ow):
-                    row = acc[ox * sx:]
-                    m = row[0]
-                    for kx in range(1, kw):
-                        v = row[kx * dw]
-                        if is_max:
-                            m = np.maximum(m, v)
-                        else:
-                            m = m + v
-                    dst[ox] = m
+                        _combine(dst, ph[t % 2, t // 2:] if sx == 2 else acc[t:], ow, is_max)
+                else:
+                    for ox in range(ow):
+                        row = acc[ox * sx:]
+                        m = row[0]
+                        for kx in range(1, kw):
+                            v = row[kx * dw]
+                            if is_max:
+                                m = np.maximum(m, v)
+                            else:
+                                m = m + v
+                        dst[ox] = m
+                if scale:
+                    dv = div[oy]
+                    for j in range(ow):
+                        dst[j] = dst[j] / dv[j]
 
 
 @njit(cache=True, nogil=True)
@@ -346,14 +395,21 @@ def depthwise_nhwc(xp, w, out, sy, sx, dh, dw):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True, error_model="numpy")  # x / 0 is inf or NaN, as in numpy
-def channel_chain(x, codes, params):  # pragma: no cover - compiled
-    # in place on x (N, C, S): per channel row, each op of the chain in turn (the row stays in
-    # cache): 0 x*p, 1 x+p, 2 x-p, 3 p-x, 4 x/p, 5 p/x, 6 max(x, 0); p = params[op, channel].
-    # Each op rounds in x's type, as the numpy op does.
+def channel_chain(x, out, codes, params):  # pragma: no cover - compiled
+    # out (N, C, S) = the chain applied to x (N, C, S; out may be x): per channel row, x's row
+    # copied into out's (when they differ), then each op of the chain in turn in place (the row
+    # stays in cache): 0 x*p, 1 x+p, 2 x-p, 3 p-x, 4 x/p, 5 p/x, 6 max(x, 0); p = params[op,
+    # channel]. Each op rounds in x's type, as the numpy op does. (Reading x's row in the first
+    # op instead measured 3x slower: the two rows may alias, and the loops stop vectorizing.)
     n_batch, c, s = x.shape
+    copy = x.ctypes.data != out.ctypes.data
     for n in range(n_batch):
         for ch in range(c):
-            row = x[n, ch]
+            row = out[n, ch]
+            if copy:
+                src = x[n, ch]
+                for i in range(s):
+                    row[i] = src[i]
             for k in range(codes.size):
                 code = codes[k]
                 p = params[k, ch]
@@ -378,6 +434,28 @@ def channel_chain(x, codes, params):  # pragma: no cover - compiled
                 else:
                     for i in range(s):
                         row[i] = np.maximum(row[i], 0)
+
+
+@njit(cache=True, nogil=True)
+def lrn_base(x, out, lo, hi, k, bias):  # pragma: no cover - compiled
+    # LRN's base, out (N, C, S) = bias + k * (sum of x^2 over the channels c-lo .. c+hi, clipped):
+    # the window sum as numpy's form takes it, a running sum over the channels (cumsum: csum[c+1]
+    # = csum[c] + x[c] * x[c]) differenced at the window's ends, each operation rounded in x's
+    # type (k * w, then bias + that), row by row over the contiguous positions
+    n_batch, c, s = x.shape
+    csum = np.zeros((c + 1, s), x.dtype)
+    for n in range(n_batch):
+        for ch in range(c):
+            prev, cur, row = csum[ch], csum[ch + 1], x[n, ch]
+            for i in range(s):
+                v = row[i]
+                cur[i] = prev[i] + v * v
+        for ch in range(c):
+            up = csum[min(ch + hi, c - 1) + 1]
+            down = csum[max(ch - lo, 0)]
+            dst = out[n, ch]
+            for i in range(s):
+                dst[i] = bias + k * (up[i] - down[i])
 
 
 # float32 exp(v) = 2^n * e^r, n = round(v / ln 2), r = v - n ln 2 (ln 2 in two parts, Cody-Waite),

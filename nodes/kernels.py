@@ -9,8 +9,9 @@ same arithmetic in one pass, in the input's float type (float32 stays float32):
   whose im2col is mostly copying: the padded input split into its stride phases (so a strided
   tap reads contiguous memory), each row of taps one contiguous loop over the output plane,
   band by band in L1, with the running sum in a register.
-- ``pool2d``: max and sum pooling windows, row by row in cache (numpy's separable passes
-  over strided views of the whole tensor were 3-10x onnxruntime).
+- ``pool2d``: max and sum (average) pooling windows, row by row in cache, the padding
+  virtual (numpy's separable passes over strided views of the whole tensor were 3-10x
+  onnxruntime; the padded copy was half of what remained).
 - ``erf32_`` / ``gelu32_`` / ``hard_swish_`` / ``logistic32_`` / ``relu_`` / ``clip_`` /
   ``hard_sigmoid_`` / ``silu32_``: elementwise
   functions in one pass, written into a caller-given buffer (which may be the input itself).
@@ -180,15 +181,20 @@ def conv2d_shifted(x: np.ndarray, prepared: tuple[np.ndarray, np.ndarray, np.nda
     return y
 
 
-def pool2d(xp: np.ndarray, kernel: Sequence[int], out_hw: Sequence[int], strides: Sequence[int],
-           dils: Sequence[int], is_max: bool) -> np.ndarray:
-    """Max or sum over every window of padded NCHW float ``xp`` (N, C, OH, OW), in one compiled
-    pass per output row: the window's rows combined along the row (contiguous), then its taps.
-    The same order as numpy's separable passes (nodes.pooling.separable_reduce), so the same
-    sums."""
-    out = np.empty((*xp.shape[:2], int(out_hw[0]), int(out_hw[1])), xp.dtype)
-    _jit().pool2d_separable(np.ascontiguousarray(xp), out, int(kernel[0]), int(kernel[1]), int(strides[0]),
-                            int(strides[1]), int(dils[0]), int(dils[1]), bool(is_max))
+def pool2d(x: np.ndarray, kernel: Sequence[int], out_hw: Sequence[int], strides: Sequence[int],
+           dils: Sequence[int], is_max: bool, pads: Sequence[int] = (0, 0),
+           div: np.ndarray | None = None) -> np.ndarray:
+    """Max or sum over every window of NCHW float ``x`` (N, C, OH, OW), padded by ``pads`` (top,
+    left; the bottom and right as far as the windows reach) with -inf (max) or zeros (sum)
+    without building the padded copy, then divided by ``div`` (OH, OW) when given (an
+    average, in the same pass); one compiled pass per output row: the window's rows combined
+    along the row (contiguous), then its taps. The same order as numpy's separable passes
+    over a padded copy (nodes.pooling.separable_reduce), so the same values."""
+    out = np.empty((*x.shape[:2], int(out_hw[0]), int(out_hw[1])), x.dtype)
+    d = np.empty((0, 0), x.dtype) if div is None else np.ascontiguousarray(div, x.dtype).reshape(out.shape[2:])
+    _jit().pool2d_separable(np.ascontiguousarray(x), out, int(kernel[0]), int(kernel[1]), int(strides[0]),
+                            int(strides[1]), int(dils[0]), int(dils[1]), int(pads[0]), int(pads[1]),
+                            bool(is_max), d)
     return out
 
 
@@ -248,6 +254,27 @@ def relu_(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     np.maximum gives (NaN stays NaN); ``out`` may be ``x``. numpy's NaN-propagating maximum
     measured 6x slower on 18K-200K float32 elements (18.5 vs 3.0 us, 173 vs 27 us)."""
     return _flat_pass(_jit().relu_flat, x, out)
+
+
+def add_relu_(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """max(a + b, 0) of two C-contiguous float32/float64 arrays of one shape and dtype in one
+    compiled pass (a residual Add or Sum and its ReLU), the values np.add and relu_ give;
+    ``out`` may be ``a`` or ``b``."""
+    if out is None:
+        out = np.empty_like(a)
+    _jit().add_relu_flat(a.reshape(-1), b.reshape(-1), out.reshape(-1))
+    return out
+
+
+def int_bias_scale_(x: np.ndarray, b: np.ndarray, s: np.float32) -> np.ndarray:
+    """float32(x + b) * s of a C-contiguous int32 accumulator ``x`` (N, C, ...) and an int32 bias
+    of one value per channel (``b``, C values), into a new float32 array in one compiled pass:
+    the values numpy's int32 add, astype(float32) and float32 multiply give."""
+    out = np.empty(x.shape, np.float32)
+    lead = (x.shape[0], x.shape[1], -1)
+    _jit().int_bias_scale(x.reshape(lead), np.ascontiguousarray(b, np.int32).reshape(-1), np.float32(s),
+                          out.reshape(lead))
+    return out
 
 
 def clip_(x: np.ndarray, lo: Any, hi: Any, out: np.ndarray | None = None) -> np.ndarray:
@@ -327,12 +354,31 @@ def per_channel_(op: str, x: np.ndarray, p: np.ndarray, x_first: bool) -> np.nda
     return channel_chain_(x, _ONE_OP[codes[0 if x_first else 1]], np.ascontiguousarray(p).reshape(1, c))
 
 
-def channel_chain_(x: np.ndarray, codes: np.ndarray, params: np.ndarray) -> np.ndarray:
+def channel_chain_(x: np.ndarray, codes: np.ndarray, params: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """Per-channel elementwise ops (codes: 0 x*p, 1 x+p, 2 x-p, 3 p-x, 4 x/p, 5 p/x, 6 max(x, 0))
-    applied in turn to every channel row of C-contiguous float ``x`` (N, C, ...) in place, each
-    rounded as its numpy op; ``params`` (ops, C) of x's dtype."""
-    _jit().channel_chain(x.reshape(x.shape[0], x.shape[1], -1), codes, params)
-    return x
+    applied in turn to every channel row of C-contiguous float ``x`` (N, C, ...), each rounded as
+    its numpy op; ``params`` (ops, C) of x's dtype. Written into ``x`` itself, or into ``out``
+    (C-contiguous, x's shape and dtype): then one pass reads x and writes out."""
+    if out is None:
+        out = x
+    lead = (x.shape[0], x.shape[1], -1)
+    _jit().channel_chain(x.reshape(lead), out.reshape(lead), codes, params)
+    return out
+
+
+def lrn_base_(x: np.ndarray, size: int, alpha: float, bias: float) -> np.ndarray:
+    """LRN's ``bias + alpha / size * window`` (N, C, ...) of float32/float64 ``x``, where window is
+    the sum of squares over ``size`` neighbouring channels: one compiled pass per channel row
+    (numpy's cumsum over the channel axis and the two gathers took 2.9 of the op's 3.8 ms on
+    192 x 56 x 56), the same running sums, differences and roundings (x's type), so the same
+    values."""
+    lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+    xc = np.ascontiguousarray(x)
+    out = np.empty(xc.shape, xc.dtype)
+    lead = (xc.shape[0], xc.shape[1], -1)
+    t = xc.dtype.type
+    _jit().lrn_base(xc.reshape(lead), out.reshape(lead), lo, hi, t(alpha / size), t(bias))
+    return out
 
 
 def warm_up() -> None:
@@ -349,13 +395,17 @@ def warm_up() -> None:
         conv2d_phases(xp, np.ones((2, 1, 3, 3), dt), None, (2, 2), (1, 1), (1, 1, 1, 1), (2, 2))
         hard_swish_(np.zeros(2, dt))
         relu_(np.zeros(2, dt))
+        add_relu_(np.zeros(2, dt), np.zeros(2, dt))
         clip_(np.zeros(2, dt), 0, 6)
         hard_sigmoid_(np.zeros(2, dt), 0.2, 0.5)
         pool2d(xp, (2, 2), (1, 1), (1, 1), (1, 1), True)
+        pool2d(xp, (2, 2), (2, 2), (1, 1), (1, 1), False, (1, 1), np.ones((2, 2), dt))
         conv2d_shifted(xp, shifted_weights(np.ones((1, 2, 2, 2), dt), (1, 1), (1, 1)), None, (1, 1), (0, 0, 0, 0), (2, 2))
         _depthwise_nhwc(xp, np.ones((2, 1, 3, 3), dt), None, (1, 1), (1, 1), (1, 1, 1, 1), (3, 3))
         hard_swish_chain_(np.zeros(2, dt), 3, 0, 6, 6, 0)
         channel_chain_(np.zeros((1, 2, 2), dt), np.arange(7, dtype=np.int64), np.ones((7, 2), dt))
+        lrn_base_(np.zeros((1, 2, 2), dt), 3, 1e-4, 1.0)
+    int_bias_scale_(np.zeros((1, 2, 2), np.int32), np.zeros(2, np.int32), np.float32(1))
     erf32_(np.zeros(2, np.float32))
     gelu32_(np.zeros(2, np.float32))
     logistic32_(np.zeros(2, np.float32))

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from nodes._util import norm_axis
+from nodes.kernels import compiled_float, lrn_base_
 from nodes.registry import register
 from nodes.spec import (
     AttrSpec,
@@ -306,8 +307,14 @@ class LRNSpec(_NormSpec):
         if a.get("size") is None:
             raise OpError("LRN needs the size attribute")
         size = int(a["size"])
+        if size < 1:
+            raise OpError(f"LRN size must be >= 1, got {size}")
         acc = _acc(x.dtype)
         xf = x.astype(acc, copy=False)
+        if xf.ndim >= 2 and xf.size and compiled_float(xf):  # the same values, the base in one compiled pass
+            base = lrn_base_(xf, size, float(a["alpha"]), float(a["bias"]))
+            np.power(base, base.dtype.type(float(a["beta"])), out=base)
+            return np.divide(xf, base, out=base).astype(x.dtype, copy=False)
         c = x.shape[1]
         lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
         sq = xf * xf

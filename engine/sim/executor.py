@@ -114,7 +114,7 @@ class _Plan:
                 frees[k].append(name)
         for step, free in zip(self.steps, frees):
             step.free = tuple(free)
-            step.fn = step.spec.reference
+            step.fn = step.fn or step.spec.reference  # a fusion may have set its own (plan_fusion.NormChain)
             step.single = len(step.outputs) == 1 and step.outputs[0] is not None
             step.out0 = step.outputs[0] if step.outputs else None
             if step.spec.inplace:  # never a feed (the caller's array) nor a constant

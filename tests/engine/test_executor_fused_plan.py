@@ -256,7 +256,7 @@ def _channel_chain_model():
 
 
 def test_per_channel_chains_run_as_one_pass_with_the_op_by_op_numbers():
-    from engine.sim.plan_fusion import ChannelChain
+    from engine.sim.plan_fusion import ChannelChain, NormChain
 
     model = _channel_chain_model()
     graph = engine.load(model)
@@ -267,12 +267,116 @@ def test_per_channel_chains_run_as_one_pass_with_the_op_by_op_numbers():
     runs = [ex.run(feeds)["y"] for _ in range(3)]  # the first run builds the chains' parameters
     plan = ex._plans[(id(graph), True)]
     assert _fused_steps(ex) == ["Concat", "BatchNormalization", "Conv", "Concat"]
-    assert sum(isinstance(p.fn, ChannelChain) for s in plan.steps for p in s.post) == 2
+    assert sum(isinstance(p.fn, ChannelChain) for s in plan.steps for p in s.post) == 1  # the Conv's
+    norm = [s.fn for s in plan.steps if isinstance(s.fn, NormChain)]  # the BatchNormalization's, with its chain
+    assert len(norm) == 1 and all(norm[0].progs.values()) and not plan.steps[1].post
     op_by_op = ex.run(feeds, keep_all=True)["y"]
     for got in runs:
         np.testing.assert_array_equal(got, op_by_op)
     assert (op_by_op == 0).any() and (op_by_op > 0).any()
     np.testing.assert_allclose(runs[-1], _ort(model, feeds)["y"], rtol=1e-5, atol=1e-5)
+
+
+def test_a_batchnorm_chain_on_a_dying_input_follows_statistics_a_feed_overrides():
+    """Abs -> BatchNormalization -> Relu with the statistics initializers that are also graph
+    inputs (IR 3): one pass in the Abs output's buffer, and a feed of other statistics gets
+    their numbers (the pass's parameters belong to the statistics it was built from)."""
+    from engine.sim.plan_fusion import NormChain
+
+    rng = np.random.default_rng(9)
+    c = 4
+    stats = {"g": rng.uniform(0.5, 2, c), "be": rng.standard_normal(c), "mu": rng.standard_normal(c),
+             "var": rng.uniform(0.2, 3, c)}
+    inits = [numpy_helper.from_array(v.astype(np.float32), k) for k, v in stats.items()]
+    nodes = [helper.make_node("Abs", ["x"], ["a"]),
+             helper.make_node("BatchNormalization", ["a", "g", "be", "mu", "var"], ["n"]),
+             helper.make_node("Relu", ["n"], ["y"])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 3, 5])]
+    inputs += [helper.make_tensor_value_info(k, TensorProto.FLOAT, [c]) for k in stats]
+    g = helper.make_graph(nodes, "bnr", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, 3, 5])],
+                          inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)], ir_version=3)
+    x = rng.standard_normal((1, c, 3, 5)).astype(np.float32)
+    ex = Executor(engine.load(model))
+    runs = [ex.run({"x": x})["y"] for _ in range(3)]
+    plan = ex._plans[(id(ex.graph), True)]
+    assert _fused_steps(ex) == ["Abs", "BatchNormalization"]
+    assert isinstance(plan.steps[1].fn, NormChain) and all(plan.steps[1].fn.progs.values())
+    op_by_op = ex.run({"x": x}, keep_all=True)["y"]
+    for got in runs:
+        np.testing.assert_array_equal(got, op_by_op)
+    assert (op_by_op == 0).any() and (op_by_op > 0).any()
+    other = {"x": x, "mu": (stats["mu"] + 1).astype(np.float32)}
+    got = ex.run(other)["y"]
+    np.testing.assert_array_equal(got, ex.run(other, keep_all=True)["y"])
+    assert not np.array_equal(got, op_by_op)
+    assert ex.fused_fallbacks == 0
+
+
+@pytest.mark.parametrize("op", ["Sum", "Add"])
+def test_a_residual_sum_and_its_relu_run_as_one_pass_with_the_op_by_op_numbers(op):
+    """Abs -> Neg -> op(., skip) -> Relu (a residual connection; the Neg's output dies there, so an
+    Add writes into it) and op(., broadcast input) -> Relu (no AddRelu pass: the two kernels)."""
+    from engine.sim.plan_fusion import AddRelu
+
+    nodes = [helper.make_node("Abs", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["n"]),
+             helper.make_node(op, ["n", "skip"], ["s"]), helper.make_node("Relu", ["s"], ["r"]),
+             helper.make_node(op, ["r", "ch"], ["s2"]), helper.make_node("Relu", ["s2"], ["y"])]
+    g = helper.make_graph(nodes, "res", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 5]),
+                                         helper.make_tensor_value_info("skip", TensorProto.FLOAT, [1, 3, 4, 5]),
+                                         helper.make_tensor_value_info("ch", TensorProto.FLOAT, [1, 3, 1, 1])],
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 3, 4, 5]) for n in ("y", "r")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    rng = np.random.default_rng(11)
+    feeds = {"x": rng.standard_normal((1, 3, 4, 5)).astype(np.float32),
+             "skip": rng.standard_normal((1, 3, 4, 5)).astype(np.float32),
+             "ch": rng.standard_normal((1, 3, 1, 1)).astype(np.float32)}
+    feeds["skip"][0, 0, 0, :3] = (np.nan, 0.0, -0.0)
+    feeds["x"][0, 0, 0, 1:3] = 0.0  # -0 + 0 and -0 + -0: the ReLU of a signed zero
+    skip = feeds["skip"].copy()
+    ex = Executor(engine.load(model))
+    got = ex.run(feeds)
+    plan = ex._plans[(id(ex.graph), True)]
+    assert _fused_steps(ex) == ["Abs", "Neg", op, op]
+    assert all(isinstance(s.fn, AddRelu) for s in plan.steps[2:])
+    want = ex.run(feeds, keep_all=True)
+    for name in ("y", "r"):
+        np.testing.assert_array_equal(got[name], want[name])
+        np.testing.assert_array_equal(np.signbit(got[name]), np.signbit(want[name]))
+    assert np.isnan(got["r"]).any() and (got["r"][0, 0, 0, 1:3] == 0).all()
+    np.testing.assert_array_equal(feeds["skip"], skip)  # a feed is never written
+    assert ex.fused_fallbacks == 0
+
+
+@pytest.mark.parametrize("bias_shape", [(1, 3, 1, 1), (1, 3, 5, 6)])
+def test_a_dynamically_quantized_convs_add_cast_mul_run_as_one_pass_with_the_op_by_op_numbers(bias_shape):
+    """ConvInteger -> Add(int32 bias fed at run time) -> Cast(float) -> Mul(scale fed at run time),
+    as onnxruntime's dynamic quantization writes it: one IntBiasScale step where the Mul stood,
+    the op by op numbers; a bias of the full shape (no per-channel pass) runs the three kernels."""
+    from engine.sim.plan_fusion import IntBiasScale
+
+    rng = np.random.default_rng(12)
+    w = rng.integers(-128, 128, (3, 2, 3, 3)).astype(np.int8)
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array(131, np.uint8), "xz"),
+             numpy_helper.from_array(np.array(-3, np.int8), "wz")]
+    nodes = [helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["acc"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["acc", "bias"], ["s"]), helper.make_node("Cast", ["s"], ["f"], to=1),
+             helper.make_node("Mul", ["sc", "f"], ["y"])]
+    g = helper.make_graph(nodes, "dq", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 2, 5, 6]),
+                                        helper.make_tensor_value_info("bias", TensorProto.INT32, list(bias_shape)),
+                                        helper.make_tensor_value_info("sc", TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 5, 6])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    feeds = {"x": rng.integers(0, 256, (1, 2, 5, 6)).astype(np.uint8),
+             "bias": rng.integers(-2**20, 2**20, bias_shape).astype(np.int32),
+             "sc": np.array([3.1e-5], np.float32)}
+    ex = Executor(engine.load(model))
+    got = ex.run(feeds)["y"]
+    plan = ex._plans[(id(ex.graph), True)]
+    assert _fused_steps(ex) == ["ConvInteger", "Mul"] and isinstance(plan.steps[1].fn, IntBiasScale)
+    np.testing.assert_array_equal(got, ex.run(feeds, keep_all=True)["y"])
+    np.testing.assert_allclose(got, _ort(model, feeds)["y"], rtol=1e-6)
+    assert ex.fused_fallbacks == 0
 
 
 def test_a_channel_chain_dividing_by_a_zero_constant_gives_infinities_without_falling_back():

@@ -110,3 +110,27 @@ def test_lrn_lp_and_mvn():
     y = engine.execute(g, {"x": x})["y"]
     np.testing.assert_allclose(y.mean(axis=(0, 2, 3)), 0, atol=1e-5)
     np.testing.assert_allclose(y.std(axis=(0, 2, 3)), 1, rtol=1e-4)
+
+
+
+@pytest.mark.parametrize(("size", "dtype"), [(5, np.float32), (4, np.float64), (9, np.float32)])
+def test_lrn_compiled_pass_gives_the_numpy_forms_values_bit_for_bit(size, dtype):
+    """A C-contiguous input runs the compiled base (nodes.kernels.lrn_base_), a strided view the
+    numpy cumsum form: the same values, windows clipped at both channel ends (size 9 > 7 channels)."""
+    from nodes import registry
+    from nodes.spec import OpError, RunContext
+
+    spec = registry.get("LRN")
+    wide = (RNG.standard_normal((2, 7, 3, 10)) * 30).astype(dtype)
+    view = wide[..., ::2]
+    ctx = RunContext(None, {"size": size, "alpha": 3e-4, "beta": 0.75, "bias": 2.0}, 13, None)
+    numpy_form = spec.reference(ctx, view)
+    compiled = spec.reference(ctx, np.ascontiguousarray(view))
+    assert compiled.dtype == dtype
+    np.testing.assert_array_equal(compiled, numpy_form)
+    with pytest.raises(OpError, match="LRN size must be >= 1, got 0"):
+        spec.reference(RunContext(None, {**ctx.attrs, "size": 0}, 13, None), view)
+    lo = (size - 1) // 2
+    sq = np.pad(view.astype(np.float64) ** 2, [(0, 0), (lo, size - 1 - lo), (0, 0), (0, 0)])
+    window = sum(sq[:, i:i + 7] for i in range(size))
+    np.testing.assert_allclose(compiled, view / (2.0 + 3e-4 / size * window) ** 0.75, rtol=1e-5)

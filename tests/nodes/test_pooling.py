@@ -146,3 +146,31 @@ def test_max_and_average_pools_match_the_window_loop_and_keep_nan(x_shape, kerne
     y = engine.execute(_pool("AveragePool", x_shape, count_include_pad=1, **attrs), {"x": x})["y"]
     want = _naive_pool(x, kernel, strides, pads, (1, 1), "sum") / (kernel[0] * kernel[1])
     np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(("op", "attrs"), [
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [0, 0, 1, 1]}),
+    ("MaxPool", {"kernel_shape": [3, 2], "strides": [3, 1], "pads": [2, 1, 0, 2], "dilations": [2, 1], "ceil_mode": 1}),
+    ("AveragePool", {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]}),
+    ("AveragePool", {"kernel_shape": [1, 1], "strides": [1, 1], "pads": [2, 1, 0, 2]}),  # windows only in padding: 0 / 0
+    ("AveragePool", {"kernel_shape": [2, 3], "strides": [2, 3], "pads": [1, 0, 1, 2], "ceil_mode": 1,
+                     "count_include_pad": 1}),
+])
+def test_pools_without_a_padded_copy_give_the_padded_forms_values_bit_for_bit(op, attrs, monkeypatch):
+    """2-D float pools run on the input itself (the padding virtual, an average's division in the
+    same pass): the values of the padded copy's separable passes, NaN, -0 and 0 / 0 included."""
+    from nodes import pooling
+
+    rng = np.random.default_rng(3)
+    for dtype, onnx_type in ((np.float32, TensorProto.FLOAT), (np.float64, TensorProto.DOUBLE)):
+        x = rng.standard_normal((2, 3, 7, 9)).astype(dtype)
+        x[0, 0, 0, :3] = (np.nan, -0.0, 0.0)
+        x[1, 2] = -0.0
+        g = _pool(op, x.shape, dtype=onnx_type, **attrs)
+        direct = engine.execute(g, {"x": x})["y"]
+        monkeypatch.setattr(pooling, "_direct", lambda *a: False)
+        padded = engine.execute(_pool(op, x.shape, dtype=onnx_type, **attrs), {"x": x})["y"]
+        monkeypatch.undo()
+        np.testing.assert_array_equal(direct, padded)
+        np.testing.assert_array_equal(np.signbit(direct), np.signbit(padded))
+        assert np.isnan(direct).any()
