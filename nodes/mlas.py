@@ -6,9 +6,11 @@ of a DequantizeLinear, which also keeps its NCHWc rewrite away) through MlasConv
 columns per group, then the bias added to each sum in float32. The SGEMM splits K into blocks
 of ``stride_k`` (MlasSgemmOperation: 128/128 N/K strides, traded against each other when N or
 K is small), and the summation order inside a block is the kernel's (nodes/_mlas_jit.py).
-A MatMul of dequantized operands is the same SGEMM per matrix of the batch. Measured against
-onnxruntime 1.32 on x86-64 (AVX2/FMA3): equal float32 outputs for 1x1, 3x3 strided, 2x2, 1x7 and
-depthwise convolutions and for batched MatMuls (tests/engine/test_ort_exactness.py).
+One row (M == 1) and one column (N == 1: a Conv over a 1x1 image, as in squeeze-excite blocks)
+take MLAS's M == 1 kernels instead, each with its own order. A MatMul of dequantized operands is
+the same SGEMM per matrix of the batch. Measured against onnxruntime 1.32 on x86-64 (AVX-512,
+AVX2/FMA3): equal float32 outputs for 1x1, 3x3 strided, 2x2, 1x7 and depthwise convolutions, 1x1
+convolutions of a 1x1 image and batched MatMuls (tests/engine/test_ort_exactness.py).
 """
 
 from __future__ import annotations
@@ -34,12 +36,16 @@ def sgemm_stride_k(n: int, k: int) -> int:
 
 
 def sgemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """(M, K) x (K, N) float32 product in MLAS's order (the M == 1 kernel for one row)."""
+    """(M, K) x (K, N) float32 product in MLAS's order (the M == 1 kernel for one row, the
+    transposed one for one column)."""
     from nodes import _mlas_jit
 
     a = np.ascontiguousarray(a, np.float32)
     b = np.ascontiguousarray(b, np.float32)
     out = np.empty((a.shape[0], b.shape[1]), np.float32)
+    if b.shape[1] == 1 and a.shape[0] != 1:
+        _mlas_jit.sgemv_n1(a, b[:, 0], out[:, 0])
+        return out
     kernel = _mlas_jit.sgemm_m1 if a.shape[0] == 1 else _mlas_jit.sgemm_fma
     kernel(a, b, sgemm_stride_k(b.shape[1], a.shape[1]), out)
     return out

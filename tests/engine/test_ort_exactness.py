@@ -156,7 +156,8 @@ def test_dequantized_convs_sum_in_onnxruntimes_float_order(cin, cout, kernel, st
 
 
 @pytest.mark.parametrize(("a_shape", "b_shape"), [((1, 40, 192), (192, 384)), ((1, 40, 768), (768, 96)),
-                                                  ((1, 4, 40, 24), (1, 4, 24, 40)), ((1, 192), (192, 64))])
+                                                  ((1, 4, 40, 24), (1, 4, 24, 40)), ((1, 192), (192, 64)),
+                                                  ((1, 37, 101), (101, 1))])  # one column: MLAS swaps the operands
 def test_dequantized_matmuls_sum_in_onnxruntimes_float_order(a_shape, b_shape):
     rng = np.random.default_rng(len(a_shape) + a_shape[-1])
     arrays = {"as": np.float32(0.03), "az": np.int8(3), "bs": np.float32(0.004), "bz": np.int8(0)}
@@ -174,3 +175,19 @@ def test_dequantized_matmuls_sum_in_onnxruntimes_float_order(a_shape, b_shape):
     so.intra_op_num_threads = 1
     theirs = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     np.testing.assert_array_equal(runtime_executor(engine.load(model)).run(feeds)["y"], theirs)
+
+
+def test_one_column_products_sum_in_onnxruntimes_float_order():
+    """A product with one output column (a Conv over a 1x1 image: the squeeze-excite convolutions;
+    a MatMul by one column) runs MLAS's transposed M == 1 kernel, whose lane sums and shuffles set
+    the float32 rounding. 1 LSB there moved an int8 of PP-OCRv6 rec's SE block across a rounding
+    boundary and 101 of its 149 quantized tensors followed (issue #13)."""
+    rng = np.random.default_rng(13)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    for _ in range(8):
+        cin, cout = int(rng.integers(2, 300)), int(rng.integers(2, 80))  # K tails of 0-7, rows in 4s, 2s, 1s
+        model = _dq_conv(rng, cin, cout, (1, 1), (1, 1), (0, 0), 1, (1, 1))
+        x = rng.integers(-128, 128, (1, cin, 1, 1)).astype(np.int8)
+        theirs = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        np.testing.assert_array_equal(runtime_executor(engine.load(model)).run({"x": x})["y"], theirs, err_msg=f"{cin} -> {cout}")
