@@ -1,6 +1,7 @@
 """onnxruntime's com.microsoft quantized ops, as its quantization tools emit them.
 
-QOperator form: QLinearAdd, QLinearMul (y = saturate(round(f(dq(a), dq(b)) / y_scale) + y_zp)),
+QOperator form: QLinearAdd, QLinearMul (8-bit: MLAS's x86-64 arithmetic, mlas_qlinear_add /
+mlas_qlinear_mul; other types y = saturate(round(f(dq(a), dq(b)) / y_scale) + y_zp)),
 QLinearSigmoid, QLinearLeakyRelu, QLinearSoftmax (onnxruntime builds a 256-entry table of
 the float function of every quantized input value; so do we), QLinearConcat,
 QLinearGlobalAveragePool, QLinearAveragePool (integer sums requantized once), QGemm
@@ -73,6 +74,66 @@ def dynamic_quantize_u8(x: np.ndarray) -> tuple[np.ndarray, np.float32, np.uint8
     return q, scale, zp
 
 
+def _scalar_side(sa: tuple[int, ...], sb: tuple[int, ...]) -> int | None:
+    """Which input onnxruntime's broadcast loop hands MLAS as a scalar per span: 0 (A), 1 (B) or
+    None (both spans are vectors). The span is the innermost run of output axes; an input whose
+    size is 1 along the innermost axis that is not 1 in the output is the scalar there."""
+    nd = max(len(sa), len(sb))
+    pa, pb = (1,) * (nd - len(sa)) + tuple(sa), (1,) * (nd - len(sb)) + tuple(sb)
+    for da, db in zip(reversed(pa), reversed(pb)):
+        if max(da, db) == 1:
+            continue
+        return 0 if da == 1 else (1 if db == 1 else None)
+    return 0
+
+
+def _zp_int(zp: np.ndarray | None) -> int:
+    return 0 if zp is None else int(np.asarray(zp).reshape(()))
+
+
+def _saturate(r: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """cvtps2dq (round half to even), then the saturating packs to 16 and 8 bits."""
+    info = np.iinfo(dtype)
+    return np.clip(np.rint(r), info.min, info.max).astype(dtype)
+
+
+def mlas_qlinear_add(a: np.ndarray, a_s: float, a_zp: int, b: np.ndarray, b_s: float, b_zp: int,
+                     c_s: float, c_zp: int) -> np.ndarray:
+    """QLinearAdd as MLAS's x86-64 kernel (MlasQLinearAddKernelHelper, SSE2) computes it, every
+    float32 operation rounded: the zero points folded into one constant,
+    fixed = zc - (rA * zA + rB * zB) with rA = sA / sC, rB = sB / sC, then
+    round((fixed + a * rA) + b * rB); a scalar span (per onnxruntime's broadcast loop, which
+    passes the vector first) is folded into the constant first: round((fixed + b * rB) + a * rA)."""
+    f = np.float32
+    side = _scalar_side(a.shape, b.shape)
+    if side == 0:  # the vector is B: MLAS gets (B, A)
+        a, a_s, a_zp, b, b_s, b_zp = b, b_s, b_zp, a, a_s, a_zp
+    ra, rb = f(f(a_s) / f(c_s)), f(f(b_s) / f(c_s))
+    if a.dtype == np.uint8:  # measured: this build's uint8 kernel contracts each multiply-add into an FMA, B's first
+        fixed = f(f(c_zp) - _fma(f(ra), f(a_zp), f(rb * f(b_zp))))
+        return _saturate(_fma(a.astype(np.float32), ra, _fma(b.astype(np.float32), rb, fixed)), a.dtype)
+    fixed = f(f(c_zp) - f(f(ra * f(a_zp)) + f(rb * f(b_zp))))
+    fa = a.astype(np.float32) * ra
+    fb = b.astype(np.float32) * rb
+    r = (fixed + fb) + fa if side is not None else (fixed + fa) + fb
+    return _saturate(r, a.dtype)
+
+
+def _fma(x, y, z) -> np.ndarray:
+    """float32 x * y + z rounded once (the float64 product is exact)."""
+    return (np.asarray(x, np.float64) * np.float64(y) + np.asarray(z, np.float64)).astype(np.float32)
+
+
+def mlas_qlinear_mul(a: np.ndarray, a_s: float, a_zp: int, b: np.ndarray, b_s: float, b_zp: int,
+                     c_s: float, c_zp: int) -> np.ndarray:
+    """QLinearMul as MLAS's x86-64 kernel (qlmul.cpp, SSE2) computes it: the exact integer
+    product (a - zA)(b - zB), times the float32 ratio sA * sB / sC, plus zC in float32, rounded."""
+    f = np.float32
+    ratio = f(f(f(a_s) * f(b_s)) / f(c_s))
+    prod = (a.astype(np.int32) - a_zp) * (b.astype(np.int32) - b_zp)
+    return _saturate(prod.astype(np.float32) * ratio + f(c_zp), a.dtype)
+
+
 class _QBinarySpec(OpSpec):
     """QLinearAdd / QLinearMul: A, A_scale, A_zp, B, B_scale, B_zp, C_scale, C_zp."""
 
@@ -85,6 +146,10 @@ class _QBinarySpec(OpSpec):
         """The float operation."""
         raise NotImplementedError
 
+    def mlas(self, *args: Any) -> np.ndarray:
+        """onnxruntime's 8-bit kernel."""
+        raise NotImplementedError
+
     def infer(self, ctx: NodeContext) -> list[TensorType]:
         """Broadcast shape, the quantized type of A."""
         sa, sb = ctx.shape(0), ctx.shape(3)
@@ -94,7 +159,13 @@ class _QBinarySpec(OpSpec):
     def reference(self, ctx: RunContext, a: np.ndarray, a_s: np.ndarray, a_zp: np.ndarray | None,
                   b: np.ndarray, b_s: np.ndarray, b_zp: np.ndarray | None, c_s: np.ndarray,
                   c_zp: np.ndarray | None) -> np.ndarray:
-        """Dequantize, operate in float32, requantize."""
+        """8-bit operands: onnxruntime's MLAS arithmetic; others: dequantize, operate in float32,
+        requantize."""
+        if a.dtype in (np.int8, np.uint8) and a.dtype == b.dtype and all(
+                np.asarray(p).size == 1 for p in (a_s, b_s, c_s)):
+            return self.mlas(a, float(np.asarray(a_s).reshape(())), _zp_int(a_zp), b,
+                             float(np.asarray(b_s).reshape(())), _zp_int(b_zp),
+                             float(np.asarray(c_s).reshape(())), _zp_int(c_zp))
         y = self.op(_dq(a, a_s, _scalar(a_zp)), _dq(b, b_s, _scalar(b_zp)))
         return _q(y, c_s, _scalar(c_zp), a.dtype)
 
@@ -109,6 +180,10 @@ class QLinearAddSpec(_QBinarySpec):
         """a + b."""
         return a + b
 
+    def mlas(self, *args: Any) -> np.ndarray:
+        """mlas_qlinear_add."""
+        return mlas_qlinear_add(*args)
+
 
 @register("QLinearMul", since=1, domain=MS)
 class QLinearMulSpec(_QBinarySpec):
@@ -119,6 +194,10 @@ class QLinearMulSpec(_QBinarySpec):
     def op(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """a * b."""
         return a * b
+
+    def mlas(self, *args: Any) -> np.ndarray:
+        """mlas_qlinear_mul."""
+        return mlas_qlinear_mul(*args)
 
 
 class _QUnarySpec(OpSpec):

@@ -2,8 +2,9 @@
 
 onnxruntime's CPU provider fuses DequantizeLinear -> op -> QuantizeLinear units into com.microsoft
 integer kernels; engine.sim.ort_qdq.runtime_graph rewrites the units whose kernel computes
-differently (Softmax) and leaves the ones whose kernel equals the float unit, which the kernel
-tests below pin on random int8 data.
+differently (Softmax, Add, Mul) and leaves the ones whose kernel equals the float unit, which the
+kernel tests below pin on random int8 data (Add and Mul: on every pair of codes, at the scales
+where they round differently).
 """
 
 from __future__ import annotations
@@ -191,3 +192,77 @@ def test_one_column_products_sum_in_onnxruntimes_float_order():
         x = rng.integers(-128, 128, (1, cin, 1, 1)).astype(np.int8)
         theirs = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
         np.testing.assert_array_equal(runtime_executor(engine.load(model)).run({"x": x})["y"], theirs, err_msg=f"{cin} -> {cout}")
+
+
+def _round_range_qparams(rng: np.random.Generator, dtype: type) -> tuple[np.float32, int]:
+    """A scale and zero point as calibration gives them, often of a bounded activation's exact
+    range ([0, 1] of a sigmoid, [0, 6] of a relu6 ...), which puts many sums on exact halves."""
+    pick = rng.integers(6)
+    lo, hi = [(0.0, 1.0), (0.0, 6.0), (-1.0, 1.0), (0.0, 2.0), (-8.0, 8.0), (0.0, float(rng.uniform(0.5, 5)))][pick]
+    s = np.float32((np.float32(hi) - np.float32(lo)) / np.float32(255))
+    qmin = -128 if dtype == np.int8 else 0
+    return s, int(np.clip(np.rint(qmin - lo / s), qmin, qmin + 255))
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
+def test_qlinear_add_and_mul_round_as_mlas_does_for_any_scales(op, dtype):
+    """Every (a, b) pair of codes, vector by vector and by a per-row scalar on either side (the
+    broadcast loop hands MLAS the vector first), at calibration-like and random scales, and at
+    the scales of PP-OCRv6 rec's units that differed (issue #13): MLAS folds the zero points into
+    one float32 constant (Add) or multiplies the integer product by sA * sB / sC (Mul), so the
+    float unit rounds the other way on exact halves."""
+    rng = np.random.default_rng(21)
+    info = np.iinfo(dtype)
+    codes = np.arange(info.min, info.max + 1)
+    a, b = np.repeat(codes, 256).reshape(256, 256).astype(dtype), np.tile(codes, 256).reshape(256, 256).astype(dtype)
+    draws = [tuple(_round_range_qparams(rng, dtype) for _ in range(3)) for _ in range(6)]
+    draws += [tuple((np.float32(10 ** rng.uniform(-3, 0)), int(rng.integers(info.min // 4 + 32, info.max // 4 + 32)))
+                    for _ in range(3)) for _ in range(2)]
+    if dtype == np.int8:  # rec's Add.156 (seed-2 calibration) and Mul.0 (seed 3)
+        draws += [((np.float32(0.017224105), -112), (np.float32(0.012722021), -106), (np.float32(0.01800852), -101)),
+                  ((np.float32(0.17548567), -87), (np.float32(0.00282052), -128), (np.float32(0.01195463), -33))]
+    t = TensorProto.INT8 if dtype == np.int8 else TensorProto.UINT8
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    for (sa, za), (sb, zb), (sc, zc) in draws:
+        inits = {"as": sa, "az": np.array(za, dtype), "bs": sb, "bz": np.array(zb, dtype), "cs": sc, "cz": np.array(zc, dtype)}
+        for fa, fb in ((a, b), (a, b[:, :1]), (a[:, :1], b)):
+            node = helper.make_node(op, ["a", "as", "az", "b", "bs", "bz", "cs", "cz"], ["y"], domain="com.microsoft")
+            g = helper.make_graph([node], "k", [helper.make_tensor_value_info("a", t, fa.shape),
+                                                helper.make_tensor_value_info("b", t, fb.shape)],
+                                  [helper.make_tensor_value_info("y", t, (256, 256))],
+                                  [onnx.numpy_helper.from_array(np.asarray(v), n) for n, v in inits.items()])
+            m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+            feeds = {"a": fa, "b": fb}
+            theirs = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+            np.testing.assert_array_equal(engine.execute(engine.load(m), feeds)["y"], theirs,
+                                          err_msg=f"{op} {fa.shape} x {fb.shape}, scales {sa} {sb} {sc}, zps {za} {zb} {zc}")
+
+
+def test_add_and_mul_units_run_as_onnxruntime_fuses_them():
+    """DQ -> Add -> Q and DQ -> Mul -> Q (Mul by a per-channel gate, as in squeeze-excite) run
+    as onnxruntime's QLinearAdd / QLinearMul, at the scales of PP-OCRv6 rec's units that differed
+    from the float unit on every pair of codes."""
+    codes = np.arange(-128, 128)
+    a = np.repeat(codes, 256).reshape(1, 256, 1, 256).astype(np.int8)
+    b = np.tile(codes, 256).reshape(1, 256, 1, 256).astype(np.int8)
+    gate = codes.reshape(1, 256, 1, 1).astype(np.int8)
+    arrays = {"as": np.float32(0.017224105), "az": np.int8(-112), "bs": np.float32(0.012722021), "bz": np.int8(-106),
+              "ss": np.float32(0.01800852), "sz": np.int8(-101), "gs": np.float32(0.00282052), "gz": np.int8(-128),
+              "ms": np.float32(0.01195463), "mz": np.int8(-33)}
+    dq = lambda x, s, z: helper.make_node("DequantizeLinear", [x, s, z], [x + "f"])  # noqa: E731
+    nodes = [dq("a", "as", "az"), dq("b", "bs", "bz"), dq("g", "gs", "gz"),
+             helper.make_node("Add", ["af", "bf"], ["s"]), helper.make_node("QuantizeLinear", ["s", "ss", "sz"], ["sq"]),
+             dq("sq", "ss", "sz"), helper.make_node("Mul", ["sqf", "gf"], ["m"]),
+             helper.make_node("QuantizeLinear", ["m", "ms", "mz"], ["mq"]), dq("mq", "ms", "mz")]
+    vi = lambda n, ty, s: helper.make_tensor_value_info(n, ty, list(s))  # noqa: E731
+    g = helper.make_graph(nodes, "am", [vi("a", TensorProto.INT8, a.shape), vi("b", TensorProto.INT8, b.shape),
+                                        vi("g", TensorProto.INT8, gate.shape)], [vi("mqf", TensorProto.FLOAT, a.shape)],
+                          [onnx.numpy_helper.from_array(np.asarray(v), n) for n, v in arrays.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    graph = engine.load(model)
+    res = compare(model, {"before": graph, "after": runtime_executor(graph)}, [{"a": a, "b": b, "g": gate}])
+    assert res["after"].unequal()[0] == 0, {q: res["after"].percent(q) for q in res["after"].total}
+    assert res["before"].percent("sq") < 100.0  # the float unit: the fixture still tells the two apart
+
