@@ -32,7 +32,9 @@ The units are taken where onnxruntime's selectors take them (8-bit inputs and ou
 scalar scales and zero points, the op feeding only the Q, no graph output in between; a DQ shared
 with other consumers is duplicated per unit first, as its EnsureUniqueDQForNodeUnit pass does).
 QLinearSigmoid, QLinearConcat and the average pools are left as float units (equal on random
-data; not proven exact at every scale).
+data; not proven exact at every scale). Two float kernels also follow onnxruntime's arithmetic:
+HardSwish (its function body) and LayerNormalization (float64 statistics, one rounding of the
+scale and bias; its inv_std is 1 ulp apart on some rows, see _OrtLayerNorm).
 
 A TFLite file is simulated by engine/sim/tflite_int.py with LiteRT's kernels instead: each
 artifact is simulated as the runtime that executes it computes.
@@ -191,6 +193,38 @@ class _OrtHardSwish(_Override):
         return y * x
 
 
+class _OrtLayerNorm(_Override):
+    """LayerNormalization closer to onnxruntime 1.32's float32 CPU kernel. Measured against it
+    (its Mean and InvStdDev outputs exposed, PP-OCRv6 rec's 40x120 rows): its mean is the float64
+    mean rounded to float32 (40 of 40 rows; float32 sums in index order: 34 differ), and its output
+    is fma((x - mean) * inv_std, scale, bias) from those two (0 of 4,800 differ). Its inv_std is
+    not reproduced: 1 / sqrt(float64 variance + epsilon) is 1 ulp off on 13 of 40 rows (an
+    approximate reciprocal square root?), so 1,297 of 4,800 outputs differ by an ulp, against
+    3,067 with the registered kernel's float32 pairwise order."""
+
+    def reference(self, ctx: RunContext, x: np.ndarray, scale: np.ndarray, b: np.ndarray | None = None):
+        """Float64 statistics, float32 (x - mean) * inv_std, then one rounding of * scale + bias."""
+        if x.dtype != np.float32 or scale.dtype != np.float32 or (b is not None and b.dtype != np.float32):
+            return self.base.reference(ctx, x, scale, b)
+        from nodes._util import norm_axis
+
+        axis = norm_axis(int(ctx.attrs["axis"]), x.ndim)
+        n = int(np.prod(x.shape[axis:], dtype=np.int64))
+        if n == 0:
+            return self.base.reference(ctx, x, scale, b)
+        rows = x.reshape(-1, n)
+        wide = rows.astype(np.float64)
+        mean = wide.mean(axis=1, keepdims=True)
+        var = (wide * wide).mean(axis=1, keepdims=True) - mean * mean
+        mean32 = mean.astype(np.float32)
+        inv = (1.0 / np.sqrt(var + np.float64(np.float32(ctx.attrs["epsilon"])))).astype(np.float32)
+        y = ((rows - mean32) * inv).astype(np.float64) * scale.reshape(1, -1)
+        if b is not None:
+            y += b.reshape(1, -1)
+        stat_shape = (*x.shape[:axis], *([1] * (x.ndim - axis)))
+        return [y.astype(np.float32).reshape(x.shape), mean32.reshape(stat_shape), inv.reshape(stat_shape)]
+
+
 class RuntimeExecutor(Executor):
     """An Executor of ``runtime_graph(graph)`` whose QDQ Convs follow MLAS's float order and whose
     HardSwish is onnxruntime's function body."""
@@ -204,6 +238,7 @@ class RuntimeExecutor(Executor):
         # place, which is our order, not onnxruntime's.
         plan = super()._plan(graph, False)
         conv, mm, hswish = registry.get("Conv"), registry.get("MatMul"), registry.get("HardSwish")
+        lnorm = registry.get("LayerNormalization")
         for step in (*plan.steps, *plan.const_steps):
             if step.spec is conv and step.node.name in self._mlas:
                 step.spec = _MLAS_CONV
@@ -211,6 +246,8 @@ class RuntimeExecutor(Executor):
                 step.spec = _MlasMatMul(mm)
             elif step.spec is hswish:
                 step.spec = _OrtHardSwish(hswish)
+            elif step.spec is lnorm:
+                step.spec = _OrtLayerNorm(lnorm)
             if step.fn is not None:  # the plan binds each kernel once
                 step.fn = step.spec.reference
         return plan

@@ -266,3 +266,27 @@ def test_add_and_mul_units_run_as_onnxruntime_fuses_them():
     assert res["after"].unequal()[0] == 0, {q: res["after"].percent(q) for q in res["after"].total}
     assert res["before"].percent("sq") < 100.0  # the float unit: the fixture still tells the two apart
 
+
+def test_layer_norm_statistics_follow_onnxruntime():
+    """onnxruntime's float32 LayerNormalization takes its mean in float64 (rounded once) and its
+    output as one rounding of (x - mean) * inv_std * scale + bias; ours follows it (its inv_std is
+    1 ulp apart on some rows, so the outputs are equal on most values, not all). In the registered
+    kernel's float32 pairwise order one LayerNorm of rec moved an int8 and 34 tensors followed."""
+    rng = np.random.default_rng(5)
+    rows, n = 40, 120
+    arrays = {"xs": np.float32(0.037), "xz": np.int8(-3), "sc": rng.normal(1, 0.3, n).astype(np.float32),
+              "bi": rng.normal(0, 0.3, n).astype(np.float32)}
+    nodes = [helper.make_node("DequantizeLinear", ["x", "xs", "xz"], ["xf"]),
+             helper.make_node("LayerNormalization", ["xf", "sc", "bi"], ["y", "mean", "inv"], axis=-1, epsilon=1e-5)]
+    vi = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)  # noqa: E731
+    g = helper.make_graph(nodes, "ln", [helper.make_tensor_value_info("x", TensorProto.INT8, [1, rows, n])],
+                          [vi("y", [1, rows, n]), vi("mean", [1, rows, 1]), vi("inv", [1, rows, 1])],
+                          [onnx.numpy_helper.from_array(np.asarray(v), k) for k, v in arrays.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.integers(-128, 128, (1, rows, n)).astype(np.int8)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    y, mean, _ = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    ours = runtime_executor(engine.load(model)).run({"x": x})
+    np.testing.assert_array_equal(ours["mean"], mean)
+    assert np.mean(ours["y"] == y) >= 0.6, np.mean(ours["y"] == y)
