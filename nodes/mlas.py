@@ -97,3 +97,32 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     b = np.broadcast_to(b, (*batch, *b.shape[-2:])).reshape(-1, *b.shape[-2:])
     out = np.stack([sgemm(x, y) for x, y in zip(a, b)])
     return out.reshape(*batch, a.shape[-2], b.shape[-1])
+
+
+_LOGISTIC_ALPHA = (4.37031012579801e-11, 1.15627324459942e-07, 6.08574864600143e-05, 8.51377133304701e-03,
+                   2.48287947061529e-01)
+_LOGISTIC_BETA = (6.10247389755681e-13, 5.76102136993427e-09, 6.29106785017040e-06, 1.70198817374094e-03,
+                  1.16817656904453e-01, 9.93151921023180e-01)
+
+
+def _fma(x: np.ndarray, y, z) -> np.ndarray:
+    """float32 x * y + z rounded once (the float64 product of two float32 is exact)."""
+    return (x.astype(np.float64) * np.float64(y) + np.asarray(z, np.float64)).astype(np.float32)
+
+
+def logistic(x: np.ndarray) -> np.ndarray:
+    """MlasComputeLogistic (the FMA3 kernel): x clamped to [-18, 18], the odd polynomial p(x) over
+    the even q(x) of Eigen's coefficients by FMA (Horner in x^2), then p / q + 1/2, clamped at 0
+    only (1.0000001 at x = 17.844, as onnxruntime's).
+    onnxruntime's Sigmoid, QuickGelu and QLinearSigmoid's table all come from it."""
+    f = np.float32
+    v = np.clip(np.asarray(x, np.float32), f(-18.0), f(18.0))
+    v2 = v * v
+    p = _fma(v2, f(_LOGISTIC_ALPHA[0]), f(_LOGISTIC_ALPHA[1]))
+    for c in _LOGISTIC_ALPHA[2:]:
+        p = _fma(p, v2, f(c))
+    p = p * v
+    q = _fma(v2, f(_LOGISTIC_BETA[0]), f(_LOGISTIC_BETA[1]))
+    for c in _LOGISTIC_BETA[2:]:
+        q = _fma(q, v2, f(c))
+    return np.maximum(p / q + f(0.5), f(0.0))

@@ -19,9 +19,9 @@ onnxruntime 1.32 on x86-64 (the optimized model it writes with ``optimized_model
   Transpose, Squeeze, Slice ... drop their DQ/Q pair when both carry the same parameters.
 
 Three of these compute something the float unit does not, and ``runtime_graph`` rewrites their
-units into our emulation of the kernel (nodes/contrib_quant.py):
-QLinearSoftmax (a 256-entry exp table, a float32 row sum and the multiplier floor(1 / y_scale):
-1 LSB apart on ~1% of values when y_scale is not 1/256), QLinearAdd (MLAS folds both zero points
+units into our emulation of the kernel (nodes/contrib_quant.py): QLinearSoftmax (a 256-entry exp
+table, a float32 row sum and the multiplier floor(1 / y_scale): 1 LSB apart on ~1% of values
+when y_scale is not 1/256), QLinearAdd (MLAS folds both zero points
 into one float32 constant, zC - (rA zA + rB zB), and adds a rA + b rB to it) and QLinearMul
 (the exact integer product times the float32 ratio sA sB / sC, plus zC). The last two round an
 exact half the other way from the float unit: rarely on random data, but on up to 11 % of all
@@ -31,10 +31,12 @@ equal.
 The units are taken where onnxruntime's selectors take them (8-bit inputs and output of one type,
 scalar scales and zero points, the op feeding only the Q, no graph output in between; a DQ shared
 with other consumers is duplicated per unit first, as its EnsureUniqueDQForNodeUnit pass does).
-QLinearSigmoid, QLinearConcat and the average pools are left as float units (equal on random
-data; not proven exact at every scale). Two float kernels also follow onnxruntime's arithmetic:
-HardSwish (its function body) and LayerNormalization (float64 statistics, one rounding of the
-scale and bias; its inv_std is 1 ulp apart on some rows, see _OrtLayerNorm).
+QLinearSigmoid, QLinearConcat and the average pools are left as float units (equal on
+random data; not proven exact at every scale). Three float kernels also follow onnxruntime's
+arithmetic: Sigmoid (MLAS's rational approximation, which is also QuickGelu's and
+QLinearSigmoid's table), HardSwish (its function body) and LayerNormalization (float64
+statistics, one rounding of the scale and bias; its inv_std is 1 ulp apart on some rows, see
+_OrtLayerNorm).
 
 A TFLite file is simulated by engine/sim/tflite_int.py with LiteRT's kernels instead: each
 artifact is simulated as the runtime that executes it computes.
@@ -193,6 +195,20 @@ class _OrtHardSwish(_Override):
         return y * x
 
 
+class _OrtSigmoid(_Override):
+    """Sigmoid as MlasComputeLogistic computes it (nodes/mlas.py logistic): onnxruntime's Sigmoid,
+    the QuickGelu it fuses x * Sigmoid(x) into, and QLinearSigmoid's table (each code dequantized,
+    then the same function, then quantized: what the float unit computes with this kernel)."""
+
+    def reference(self, ctx: RunContext, x: np.ndarray) -> np.ndarray:
+        """The FMA3 kernel's rational polynomial for float32 input."""
+        if x.dtype != np.float32:
+            return self.base.reference(ctx, x)
+        from nodes import mlas
+
+        return mlas.logistic(x)
+
+
 class _OrtLayerNorm(_Override):
     """LayerNormalization closer to onnxruntime 1.32's float32 CPU kernel. Measured against it
     (its Mean and InvStdDev outputs exposed, PP-OCRv6 rec's 40x120 rows): its mean is the float64
@@ -238,7 +254,7 @@ class RuntimeExecutor(Executor):
         # place, which is our order, not onnxruntime's.
         plan = super()._plan(graph, False)
         conv, mm, hswish = registry.get("Conv"), registry.get("MatMul"), registry.get("HardSwish")
-        lnorm = registry.get("LayerNormalization")
+        lnorm, sigmoid = registry.get("LayerNormalization"), registry.get("Sigmoid")
         for step in (*plan.steps, *plan.const_steps):
             if step.spec is conv and step.node.name in self._mlas:
                 step.spec = _MLAS_CONV
@@ -248,6 +264,8 @@ class RuntimeExecutor(Executor):
                 step.spec = _OrtHardSwish(hswish)
             elif step.spec is lnorm:
                 step.spec = _OrtLayerNorm(lnorm)
+            elif step.spec is sigmoid:
+                step.spec = _OrtSigmoid(sigmoid)
             if step.fn is not None:  # the plan binds each kernel once
                 step.fn = step.spec.reference
         return plan
