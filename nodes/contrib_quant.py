@@ -389,6 +389,35 @@ class QLinearGlobalAveragePoolSpec(OpSpec):
         return _avg_requant(s, n, xs, xzp, ys, yzp, yzp.dtype if yzp is not None else x.dtype)
 
 
+def ort_average_pool(pool: AveragePoolSpec, ctx: RunContext, x: np.ndarray, xs: np.float32, xzp: int,
+                     ys: np.float32, yzp: int) -> np.ndarray:
+    """QLinearAveragePool as onnxruntime computes it (qlinear_pool.cc, NCHW): every input
+    dequantized to float32, each window summed in float32 in row-major order over the taps inside
+    the input, divided by its count (the kernel size with count_include_pad), then
+    round(y / y_scale + y_zp) with the zero point added in float32 before the rounding."""
+    import itertools
+
+    from nodes.pooling import pad_spatial
+
+    kernel, strides, _, pb, pe, out = pool._geometry(ctx, x)
+    xf = (x.astype(np.int32) - xzp).astype(np.float32) * xs
+    xp = pad_spatial(xf, pb, pe, 0)
+    acc = np.zeros((*x.shape[:2], *out), np.float32)
+    for tap in itertools.product(*(range(k) for k in kernel)):
+        acc += xp[(..., *(slice(t, t + s * (o - 1) + 1, s) for t, s, o in zip(tap, strides, out)))]
+    if ctx.attrs.get("count_include_pad", 0):
+        count = np.full(out, float(np.prod(kernel)), np.float32)
+    else:
+        count = np.ones(out, np.float32)
+        for i, size in enumerate(x.shape[2:]):
+            pos = np.arange(out[i])[:, None] * strides[i] + np.arange(kernel[i])[None, :]
+            c = ((pos >= pb[i]) & (pos < pb[i] + size)).sum(axis=1).astype(np.float32)
+            count = count * c.reshape([-1 if j == i else 1 for j in range(len(out))])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        y = acc / count / ys + np.float32(yzp)
+    return _saturate(y, x.dtype)
+
+
 @register("QLinearAveragePool", since=1, domain=MS)
 class QLinearAveragePoolSpec(OpSpec):
     """Quantized average pooling with AveragePool's window attributes."""
@@ -419,13 +448,20 @@ class QLinearAveragePoolSpec(OpSpec):
 
     def reference(self, ctx: RunContext, x: np.ndarray, xs: np.ndarray, xzp: np.ndarray | None,
                   ys: np.ndarray, yzp: np.ndarray | None) -> np.ndarray:
-        """Integer window sums (AveragePool on exact small ints in float64) and one requantization."""
+        """8-bit: onnxruntime's arithmetic (mlas_average_pool); else integer window sums
+        (AveragePool on exact small ints in float64) and one requantization."""
         last = bool(ctx.attrs["channels_last"])
+        pool = self._pool()
+        sub = RunContext(ctx.node, {k: v for k, v in ctx.attrs.items() if k != "channels_last"}, 19)
+        if x.dtype in (np.int8, np.uint8) and (yzp is None or yzp.dtype == x.dtype) and \
+                all(int(d) == 1 for d in (ctx.attrs.get("dilations") or [1])):
+            xn = np.moveaxis(x, -1, 1) if last else x
+            y = ort_average_pool(pool, sub, xn, np.float32(np.asarray(xs).reshape(())), _zp_int(xzp),
+                                 np.float32(np.asarray(ys).reshape(())), _zp_int(yzp))
+            return np.moveaxis(y, 1, -1) if last else y
         c = _centered(x, _scalar(xzp)).astype(np.float64)
         if last:
             c = np.moveaxis(c, -1, 1)
-        pool = self._pool()
-        sub = RunContext(ctx.node, {k: v for k, v in ctx.attrs.items() if k != "channels_last"}, 19)
         mean = np.asarray(pool.reference(sub, c))
         out_dt = yzp.dtype if yzp is not None else x.dtype
         y = _avg_requant(mean, 1, xs, xzp, ys, yzp, out_dt)

@@ -18,10 +18,11 @@ onnxruntime 1.32 on x86-64 (the optimized model it writes with ``optimized_model
   QLinearGlobalAveragePool, Gemm -> QGemm, Softmax -> QLinearSoftmax; MaxPool, Reshape,
   Transpose, Squeeze, Slice ... drop their DQ/Q pair when both carry the same parameters.
 
-Three of these compute something the float unit does not, and ``runtime_graph`` rewrites their
-units into our emulation of the kernel (nodes/contrib_quant.py): QLinearSoftmax (a 256-entry exp
-table, a float32 row sum and the multiplier floor(1 / y_scale): 1 LSB apart on ~1% of values
-when y_scale is not 1/256), QLinearAdd (MLAS folds both zero points
+Four of these compute something the float unit does not, and ``runtime_graph`` rewrites their
+units into our emulation of the kernel (nodes/contrib_quant.py): QLinearAveragePool (float32
+window sums in row-major order, / count, round(y / y_scale + y_zp) with the zero point added
+before the rounding), QLinearSoftmax (a 256-entry exp table, a float32 row sum and the multiplier
+floor(1 / y_scale): 1 LSB apart on ~1% of values when y_scale is not 1/256), QLinearAdd (MLAS folds both zero points
 into one float32 constant, zC - (rA zA + rB zB), and adds a rA + b rB to it) and QLinearMul
 (the exact integer product times the float32 ratio sA sB / sC, plus zC). The last two round an
 exact half the other way from the float unit: rarely on random data, but on up to 11 % of all
@@ -31,7 +32,7 @@ equal.
 The units are taken where onnxruntime's selectors take them (8-bit inputs and output of one type,
 scalar scales and zero points, the op feeding only the Q, no graph output in between; a DQ shared
 with other consumers is duplicated per unit first, as its EnsureUniqueDQForNodeUnit pass does).
-QLinearSigmoid, QLinearConcat and the average pools are left as float units (equal on
+QLinearSigmoid, QLinearConcat and QLinearGlobalAveragePool are left as float units (equal on
 random data; not proven exact at every scale). Three float kernels also follow onnxruntime's
 arithmetic: Sigmoid (MLAS's rational approximation, which is also QuickGelu's and
 QLinearSigmoid's table), HardSwish (its function body) and LayerNormalization (float64
@@ -73,7 +74,8 @@ def _param_dtype(v) -> np.dtype | None:
     return v.type.dtype if v.type is not None else None
 
 
-_FUSED = {"Softmax": ("QLinearSoftmax", 1), "Add": ("QLinearAdd", 2), "Mul": ("QLinearMul", 2)}
+_FUSED = {"Softmax": ("QLinearSoftmax", 1), "Add": ("QLinearAdd", 2), "Mul": ("QLinearMul", 2),
+          "AveragePool": ("QLinearAveragePool", 1)}
 """Float op -> (the com.microsoft kernel onnxruntime's QDQ transformer replaces its unit by, the
 number of its DQ inputs), for the units whose kernel computes differently from the float unit."""
 
@@ -114,6 +116,8 @@ def runtime_graph(graph: Graph) -> Graph:
         y = q.outputs[0]
         if kernel == "QLinearSoftmax":
             attrs = {"axis": int(op.attrs.get("axis", -1 if g.opset("") >= 13 else 1)), "opset": g.opset("")}
+        elif kernel == "QLinearAveragePool":
+            attrs = {k: v for k, v in op.attrs.items() if k != "dilations"}
         else:
             attrs = {}
         args = [v for dq in dqs for v in dq.inputs[:3]] + list(q.inputs[1:3])

@@ -307,3 +307,30 @@ def test_sigmoid_is_mlas_logistic_bit_for_bit():
     theirs = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_array_equal(runtime_executor(engine.load(model)).run({"x": x})["y"], theirs)
 
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+def test_qlinear_average_pool_sums_as_onnxruntime(dtype):
+    """QLinearAveragePool: float32 window sums of the dequantized codes in row-major order, / count,
+    then round(y / y_scale + y_zp) (PP-OCRv6 rec's 3x2 / 3x2 pool, and 3x3 / 1 padded windows with
+    and without the padding counted) at calibration-like scales, against onnxruntime."""
+    rng = np.random.default_rng(8)
+    info = np.iinfo(dtype)
+    t = TensorProto.INT8 if dtype == np.int8 else TensorProto.UINT8
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    for attrs, out in (({"kernel_shape": [3, 2], "strides": [3, 2]}, (1, 64, 4, 20)),
+                       ({"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]}, (1, 64, 12, 40)),
+                       ({"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1},
+                        (1, 64, 6, 20))):
+        for _ in range(4):
+            (xs, xz), (ys, yz) = _round_range_qparams(rng, dtype), _round_range_qparams(rng, dtype)
+            x = rng.integers(info.min, info.max + 1, (1, 64, 12, 40)).astype(dtype)
+            node = helper.make_node("QLinearAveragePool", ["x", "xs", "xz", "ys", "yz"], ["y"], domain="com.microsoft",
+                                    **attrs)
+            g = helper.make_graph([node], "p", [helper.make_tensor_value_info("x", t, x.shape)],
+                                  [helper.make_tensor_value_info("y", t, out)],
+                                  [onnx.numpy_helper.from_array(np.asarray(v), n) for n, v in
+                                   {"xs": xs, "xz": np.array(xz, dtype), "ys": ys, "yz": np.array(yz, dtype)}.items()])
+            m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+            theirs = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+            np.testing.assert_array_equal(engine.execute(engine.load(m), {"x": x})["y"], theirs, err_msg=str(attrs))
