@@ -99,24 +99,18 @@ def _saturate(r: np.ndarray, dtype: np.dtype) -> np.ndarray:
 
 def mlas_qlinear_add(a: np.ndarray, a_s: float, a_zp: int, b: np.ndarray, b_s: float, b_zp: int,
                      c_s: float, c_zp: int) -> np.ndarray:
-    """QLinearAdd as MLAS's x86-64 kernel (MlasQLinearAddKernelHelper, SSE2) computes it, every
-    float32 operation rounded: the zero points folded into one constant,
-    fixed = zc - (rA * zA + rB * zB) with rA = sA / sC, rB = sB / sC, then
-    round((fixed + a * rA) + b * rB); a scalar span (per onnxruntime's broadcast loop, which
-    passes the vector first) is folded into the constant first: round((fixed + b * rB) + a * rA)."""
+    """QLinearAdd as onnxruntime 1.32's x86-64 8-bit kernel computes it (the SSE2 helper of
+    MLAS's qladd.cpp, in a build that contracts its multiply-adds into FMAs; measured): the zero
+    points folded into one float32 constant, fixed = zC - fma(rA, zA, rB * zB) with
+    rA = sA / sC, rB = sB / sC, then round(fma(a, rA, fma(b, rB, fixed))). A scalar span (per
+    onnxruntime's broadcast loop, which passes the vector first) is folded into the constant the
+    same way, so an A scalar per span swaps the roles."""
     f = np.float32
-    side = _scalar_side(a.shape, b.shape)
-    if side == 0:  # the vector is B: MLAS gets (B, A)
+    if _scalar_side(a.shape, b.shape) == 0:  # the vector is B: MLAS gets (B, A)
         a, a_s, a_zp, b, b_s, b_zp = b, b_s, b_zp, a, a_s, a_zp
     ra, rb = f(f(a_s) / f(c_s)), f(f(b_s) / f(c_s))
-    if a.dtype == np.uint8:  # measured: this build's uint8 kernel contracts each multiply-add into an FMA, B's first
-        fixed = f(f(c_zp) - _fma(f(ra), f(a_zp), f(rb * f(b_zp))))
-        return _saturate(_fma(a.astype(np.float32), ra, _fma(b.astype(np.float32), rb, fixed)), a.dtype)
-    fixed = f(f(c_zp) - f(f(ra * f(a_zp)) + f(rb * f(b_zp))))
-    fa = a.astype(np.float32) * ra
-    fb = b.astype(np.float32) * rb
-    r = (fixed + fb) + fa if side is not None else (fixed + fa) + fb
-    return _saturate(r, a.dtype)
+    fixed = f(f(c_zp) - _fma(f(ra), f(a_zp), f(rb * f(b_zp))))
+    return _saturate(_fma(a.astype(np.float32), ra, _fma(b.astype(np.float32), rb, fixed)), a.dtype)
 
 
 def _fma(x, y, z) -> np.ndarray:

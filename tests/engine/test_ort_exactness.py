@@ -219,9 +219,10 @@ def test_qlinear_add_and_mul_round_as_mlas_does_for_any_scales(op, dtype):
     draws = [tuple(_round_range_qparams(rng, dtype) for _ in range(3)) for _ in range(6)]
     draws += [tuple((np.float32(10 ** rng.uniform(-3, 0)), int(rng.integers(info.min // 4 + 32, info.max // 4 + 32)))
                     for _ in range(3)) for _ in range(2)]
-    if dtype == np.int8:  # rec's Add.156 (seed-2 calibration) and Mul.0 (seed 3)
+    if dtype == np.int8:  # rec's Add.156 (seed-2 calibration), Mul.0 (seed 3), Add.168 (seed 11: the FMA)
         draws += [((np.float32(0.017224105), -112), (np.float32(0.012722021), -106), (np.float32(0.01800852), -101)),
-                  ((np.float32(0.17548567), -87), (np.float32(0.00282052), -128), (np.float32(0.01195463), -33))]
+                  ((np.float32(0.17548567), -87), (np.float32(0.00282052), -128), (np.float32(0.01195463), -33)),
+                  ((np.float32(0.020201677), -103), (np.float32(0.0070497226), 1), (np.float32(0.021796986), -89))]
     t = TensorProto.INT8 if dtype == np.int8 else TensorProto.UINT8
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
