@@ -265,7 +265,7 @@ class QLinearSoftmaxSpec(OpSpec):
                   ys: np.ndarray, yzp: np.ndarray | None) -> np.ndarray:
         """onnxruntime's algorithm: a float32 table of exp over the 256 code distances from the row
         maximum (built in double, scaled up so the row sums stay in range), a float32 row sum in
-        order, then round-half-even(table * floor(1 / y_scale) / sum) + y_zp. The multiplier is
+        order, then round-half-even(table * floor(1 / y_scale) / sum, in double) + y_zp. The multiplier is
         floor(1 / y_scale), not 1 / y_scale, and the zero point does not enter the table (its
         softmax is shift-invariant); results saturate to the output type (onnxruntime 1.32)."""
         if x.dtype not in (np.uint8, np.int8):
@@ -289,21 +289,30 @@ class QLinearSoftmaxSpec(OpSpec):
 
 
 def _ort_softmax_rows(rows: np.ndarray, d: int, x_scale: float, y_scale: float, y_zp: int) -> np.ndarray:
-    """QLinearSoftmax over the last axis of (N, D) integer codes; int64 results before the cast."""
+    """QLinearSoftmax over the last axis of (N, D) integer codes; int64 results before the cast.
+
+    As onnxruntime 1.32 computes it (probed bit for bit): the headroom log is taken in float
+    (logf of FLT_MAX / D; we round the double log to float, which equals glibc's logf for every
+    D < 60594), the 256 table entries are glibc's double exp (math.exp, not numpy's SIMD exp)
+    rounded to float, the row sum is float32 in index order, and the quotient
+    table * floor(1 / y_scale) / sum is formed in double before round-half-even."""
     import math
 
     headroom = float(np.float32(np.finfo(np.float32).max) / np.float32(d))  # float / size_t, in float
-    shift = max(0.0, math.log(headroom) - 5.0) / x_scale
-    dist = np.arange(256, dtype=np.float64)  # distance below the row maximum
-    table = np.exp((shift - dist) * x_scale).astype(np.float32)
+    log_headroom = float(np.float32(math.log(headroom)))  # logf
+    shift = max(0.0, log_headroom - 5.0) / x_scale
+    table = np.array([math.exp((shift - k) * x_scale) for k in range(256)]).astype(np.float32)
     e = table[rows.max(axis=1, keepdims=True) - rows]
     total = np.zeros(len(rows), np.float32)
     for k in range(d):  # float32 sum in index order, as the runtime adds
         total += e[:, k]
-    mult = np.float32(math.floor(np.float32(1.0) / np.float32(y_scale)))
+    mult = float(math.floor(np.float32(1.0) / np.float32(y_scale)))
+    q = e.astype(np.float64)
+    q *= mult
     with np.errstate(divide="ignore", invalid="ignore"):
-        q = np.rint((e * mult) / total[:, None]).astype(np.int64) + y_zp
-    return q
+        q /= total[:, None]
+    np.rint(q, out=q)
+    return np.nan_to_num(q, nan=0.0, copy=False).astype(np.int64) + y_zp
 
 
 @register("QLinearConcat", since=1, domain=MS)

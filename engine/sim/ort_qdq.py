@@ -22,7 +22,7 @@ Four of these compute something the float unit does not, and ``runtime_graph`` r
 units into our emulation of the kernel (nodes/contrib_quant.py): QLinearAveragePool (float32
 window sums in row-major order, / count, round(y / y_scale + y_zp) with the zero point added
 before the rounding), QLinearSoftmax (a 256-entry exp table, a float32 row sum and the multiplier
-floor(1 / y_scale): 1 LSB apart on ~1% of values when y_scale is not 1/256), QLinearAdd (MLAS folds both zero points
+floor(1 / y_scale), divided in double: 1 LSB apart on ~1% of values when y_scale is not 1/256), QLinearAdd (MLAS folds both zero points
 into one float32 constant, zC - (rA zA + rB zB), and adds a rA + b rB to it) and QLinearMul
 (the exact integer product times the float32 ratio sA sB / sC, plus zC). The last two round an
 exact half the other way from the float unit: rarely on random data, but on up to 11 % of all

@@ -76,12 +76,12 @@ def test_every_quantized_tensor_equals_onnxruntime_int8_values(qdq_attention):
 
 
 def _run_both(node: onnx.NodeProto, feeds: dict[str, np.ndarray], inits: dict[str, np.ndarray],
-              out_shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-    g = helper.make_graph([node], "k", [helper.make_tensor_value_info(n, TensorProto.INT8, a.shape)
-                                        for n, a in feeds.items()],
-                          [helper.make_tensor_value_info("y", TensorProto.INT8, out_shape)],
+              out_shape: tuple[int, ...], dtype: type = np.int8, opset: int = 13) -> tuple[np.ndarray, np.ndarray]:
+    t = TensorProto.INT8 if dtype == np.int8 else TensorProto.UINT8
+    g = helper.make_graph([node], "k", [helper.make_tensor_value_info(n, t, a.shape) for n, a in feeds.items()],
+                          [helper.make_tensor_value_info("y", t, out_shape)],
                           [onnx.numpy_helper.from_array(a, n) for n, a in inits.items()])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)])
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
@@ -113,6 +113,35 @@ def test_integer_kernels_write_onnxruntimes_values_for_any_scales(op):
             feeds = {"a": x, "b": rng.integers(-128, 128, (32, 60), dtype=np.int8)}
         theirs, ours = _run_both(node, feeds, inits, shape)
         np.testing.assert_array_equal(ours, theirs)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+def test_qlinear_softmax_rounds_as_onnxruntime_near_halves(dtype):
+    """QLinearSoftmax takes logf of FLT_MAX / D and forms table * floor(1 / y_scale) / sum in
+    double: every three-code row (max, max - j, max - k) at scales where a float quotient or the
+    double log rounded a half the other way, rows of PP-OCRv6 rec's attention softmax (seed-11
+    calibration, issue #13), two-element rows whose float product table * 1000 overflowed, and
+    the opset-12 flattening and opset-13 transposed axes."""
+    rng = np.random.default_rng(13)
+    info = np.iinfo(dtype)
+    j, k = np.meshgrid(np.arange(256), np.arange(256), indexing="ij")
+    triples = np.stack([np.zeros(65536, np.int64), j.ravel(), k.ravel()], axis=1)
+    grid = (info.max - triples).astype(dtype)
+    rec = rng.integers(info.min, info.max + 1, (4000, 40)).astype(dtype)
+    pairs = (info.max - np.stack([np.zeros(256, np.int64), np.arange(256)], axis=1)).astype(dtype)
+    cases = [(grid, 0.00869238656014204 if dtype == np.int8 else 0.00512906676158309, 0.00390625, 13, -1),
+             (grid, 0.003722195513546467 if dtype == np.int8 else 0.025868749246001244,
+              0.00390625 if dtype == np.int8 else 0.0027017712127417326, 13, -1),
+             (rec, 0.25458914, 0.0039214077, 13, -1), (pairs, 0.05, 0.001, 13, -1),
+             (rng.integers(info.min, info.max + 1, (6, 5, 7)).astype(dtype), 0.1, 0.003, 12, 1),
+             (rng.integers(info.min, info.max + 1, (6, 5, 7)).astype(dtype), 0.1, 0.003, 13, 1)]
+    for x, xs, ys, opset, axis in cases:
+        node = helper.make_node("QLinearSoftmax", ["x", "xs", "xz", "ys", "yz"], ["y"], domain="com.microsoft",
+                                axis=axis, opset=opset)
+        inits = {"xs": np.float32(xs), "xz": np.array(info.min + 7, dtype), "ys": np.float32(ys),
+                 "yz": np.array(info.min, dtype)}
+        theirs, ours = _run_both(node, {"x": x}, inits, x.shape, dtype, opset)
+        np.testing.assert_array_equal(ours, theirs, err_msg=f"{x.shape} x_scale {xs} y_scale {ys} opset {opset}")
 
 
 def _dq_conv(rng: np.random.Generator, cin: int, cout: int, kernel: tuple[int, int], strides: tuple[int, int],
