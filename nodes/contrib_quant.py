@@ -356,9 +356,11 @@ class QLinearConcatSpec(OpSpec):
 
 def _avg_requant(s: np.ndarray, count: np.ndarray | int, xs: np.ndarray, xzp: np.ndarray | None,
                  ys: np.ndarray, yzp: np.ndarray | None, out_dt: np.dtype) -> np.ndarray:
-    """Requantize integer window sums: round(sum_centered * x_scale / (count * y_scale)) + y_zp."""
-    mult = np.float32(np.asarray(xs).reshape(())) / np.float32(np.asarray(ys).reshape(()))
-    y = np.rint(s.astype(np.float32) * mult / np.asarray(count, np.float32))
+    """Requantize integer window sums as MLAS's QLinearGlobalAveragePool does (x86-64):
+    round(float32(sum_centered) * float32(x_scale / (y_scale * count))) + y_zp, the scale one
+    float32 constant (sum * (x_scale / y_scale) / count rounds some halves the other way)."""
+    scale = np.float32(np.asarray(xs).reshape(())) / (np.float32(np.asarray(ys).reshape(())) * np.float32(count))
+    y = np.rint(s.astype(np.float32) * scale)
     if yzp is not None:
         y = y + np.float32(np.asarray(yzp).reshape(()))
     info = np.iinfo(out_dt)

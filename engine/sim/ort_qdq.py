@@ -18,10 +18,11 @@ onnxruntime 1.32 on x86-64 (the optimized model it writes with ``optimized_model
   QLinearGlobalAveragePool, Gemm -> QGemm, Softmax -> QLinearSoftmax; MaxPool, Reshape,
   Transpose, Squeeze, Slice ... drop their DQ/Q pair when both carry the same parameters.
 
-Four of these compute something the float unit does not, and ``runtime_graph`` rewrites their
+Five of these compute something the float unit does not, and ``runtime_graph`` rewrites their
 units into our emulation of the kernel (nodes/contrib_quant.py): QLinearAveragePool (float32
 window sums in row-major order, / count, round(y / y_scale + y_zp) with the zero point added
-before the rounding), QLinearSoftmax (a 256-entry exp table, a float32 row sum and the multiplier
+before the rounding), QLinearGlobalAveragePool (the integer sum times one float32 scale
+x_scale / (y_scale * count): 0.1 % of outputs apart at calibration-like scales), QLinearSoftmax (a 256-entry exp table, a float32 row sum and the multiplier
 floor(1 / y_scale), divided in double: 1 LSB apart on ~1% of values when y_scale is not 1/256), QLinearAdd (MLAS folds both zero points
 into one float32 constant, zC - (rA zA + rB zB), and adds a rA + b rB to it) and QLinearMul
 (the exact integer product times the float32 ratio sA sB / sC, plus zC). The last two round an
@@ -32,7 +33,7 @@ equal.
 The units are taken where onnxruntime's selectors take them (8-bit inputs and output of one type,
 scalar scales and zero points, the op feeding only the Q, no graph output in between; a DQ shared
 with other consumers is duplicated per unit first, as its EnsureUniqueDQForNodeUnit pass does).
-QLinearSigmoid, QLinearConcat and QLinearGlobalAveragePool are left as float units (equal on
+QLinearSigmoid and QLinearConcat are left as float units (equal on
 random data; not proven exact at every scale). Three float kernels also follow onnxruntime's
 arithmetic: Sigmoid (MLAS's rational approximation, which is also QuickGelu's and
 QLinearSigmoid's table), HardSwish (its function body) and LayerNormalization (float64
@@ -75,7 +76,7 @@ def _param_dtype(v) -> np.dtype | None:
 
 
 _FUSED = {"Softmax": ("QLinearSoftmax", 1), "Add": ("QLinearAdd", 2), "Mul": ("QLinearMul", 2),
-          "AveragePool": ("QLinearAveragePool", 1)}
+          "AveragePool": ("QLinearAveragePool", 1), "GlobalAveragePool": ("QLinearGlobalAveragePool", 1)}
 """Float op -> (the com.microsoft kernel onnxruntime's QDQ transformer replaces its unit by, the
 number of its DQ inputs), for the units whose kernel computes differently from the float unit."""
 
@@ -104,8 +105,8 @@ def _unit(q: Node) -> tuple[list[Node], Node] | None:
 def runtime_graph(graph: Graph) -> Graph:
     """A copy of a QDQ graph whose node units run onnxruntime's integer kernels where its CPU
     provider forms them and they compute differently from the float unit (QLinearSoftmax,
-    QLinearAdd, QLinearMul). The quantized values keep their names; a graph without such units
-    is copied unchanged."""
+    QLinearAdd, QLinearMul, QLinearAveragePool, QLinearGlobalAveragePool). The quantized values
+    keep their names; a graph without such units is copied unchanged."""
     g = clone_graph(graph)
     for q in [n for n in g.toposort() if n.op_type == "QuantizeLinear" and not n.domain]:
         unit = _unit(q)

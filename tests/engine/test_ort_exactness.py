@@ -20,7 +20,7 @@ from engine.quant.api import quantize
 from engine.quant.config import QuantConfig
 from engine.quant.data import CalibrationSet
 from engine.sim.ort_qdq import runtime_executor
-from tests.ort_exact import compare
+from tests.ort_exact import compare, ort_session
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -364,3 +364,28 @@ def test_qlinear_average_pool_sums_as_onnxruntime(dtype):
             m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
             theirs = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
             np.testing.assert_array_equal(engine.execute(engine.load(m), {"x": x})["y"], theirs, err_msg=str(attrs))
+
+
+def test_global_average_pool_units_run_as_onnxruntime_fuses_them():
+    """DQ -> GlobalAveragePool -> Q runs as onnxruntime's QLinearGlobalAveragePool: the integer
+    sum times one float32 scale x_scale / (y_scale * count), at calibration-like scales where the
+    float unit (float mean, then / y_scale) rounds some halves the other way (0.12 % of outputs)."""
+    rng = np.random.default_rng(0)
+    for trial in range(24):
+        dtype = np.int8 if trial % 2 else np.uint8
+        t = TensorProto.INT8 if dtype == np.int8 else TensorProto.UINT8
+        info = np.iinfo(dtype)
+        (xs, xz), (ys, yz) = _round_range_qparams(rng, dtype), _round_range_qparams(rng, dtype)
+        shape = [(4, 96, 7, 7), (4, 96, 80), (4, 96, 6, 10), (4, 96, 4, 20), (4, 96, 3, 3), (4, 96, 2, 7, 2)][trial % 6]
+        x = rng.integers(info.min, info.max + 1, shape).astype(dtype)
+        nodes = [helper.make_node("DequantizeLinear", ["x", "xs", "xz"], ["xf"]),
+                 helper.make_node("GlobalAveragePool", ["xf"], ["p"]),
+                 helper.make_node("QuantizeLinear", ["p", "ys", "yz"], ["y"])]
+        inits = {"xs": xs, "xz": np.array(xz, dtype), "ys": ys, "yz": np.array(yz, dtype)}
+        g = helper.make_graph(nodes, "gap", [helper.make_tensor_value_info("x", t, x.shape)],
+                              [helper.make_tensor_value_info("y", t, (*shape[:2], *[1] * (len(shape) - 2)))],
+                              [onnx.numpy_helper.from_array(np.asarray(v), n) for n, v in inits.items()])
+        model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+        theirs = ort_session(model).run(["y"], {"x": x})[0]
+        np.testing.assert_array_equal(runtime_executor(engine.load(model)).run({"x": x})["y"], theirs,
+                                      err_msg=f"{dtype.__name__} {shape} scales {xs} {ys} zero points {xz} {yz}")
