@@ -10,6 +10,11 @@ a float32 halfway point, which does not change an int8 result in practice.
 * M == 1 (MlasSgemmKernelM1Avx, no FMA): each K block is consumed 4 rows at a time,
   t = ((a0 b0 + a1 b1) + a2 b2) + a3 b3 with every product and sum rounded, then C = t + C;
   a remainder of 2 rows, then of 1 row, the same way.
+* N == 1 (MlasSgemmKernelM1TransposeBAvx, B and C contiguous columns: a Conv over a 1x1 image,
+  the squeeze-excite convolutions, or a MatMul by one column): MLAS swaps the operands, so each
+  output is a dot product of a row of A with the column, no K blocks. Eight lane sums of rounded
+  products (no FMA), k = l, l + 8, ...; then the lanes reduced in the order of the kernel's
+  shuffles, which depends on whether the row is in a group of 4, of 2, or alone.
 """
 
 import numpy as np
@@ -51,3 +56,29 @@ def sgemm_m1(a, b, stride_k, out):  # pragma: no cover - compiled
             for n in range(n_cols):
                 out[0, n] = np.float32(t[n] + out[0, n])
             k += step
+
+
+@njit(cache=True, nogil=True)
+def sgemv_n1(a, x, out):  # pragma: no cover - compiled
+    m_rows, k_len = a.shape
+    lane = np.empty(8, np.float32)
+    m = 0
+    while m < m_rows:
+        rows = 4 if m_rows - m >= 4 else (2 if m_rows - m >= 2 else 1)
+        for r in range(m, m + rows):
+            lane[:] = 0.0
+            for k0 in range(0, k_len, 8):
+                for j in range(8):  # the masked tail adds 0 * 0
+                    p = np.float32(a[r, k0 + j] * x[k0 + j]) if k0 + j < k_len else np.float32(0.0)
+                    lane[j] = np.float32(lane[j] + p)
+            if rows == 4:  # unpck/add: ((l0 + l1) + l2) + l3 per half, then the halves
+                lo = np.float32(np.float32(np.float32(lane[0] + lane[1]) + lane[2]) + lane[3])
+                hi = np.float32(np.float32(np.float32(lane[4] + lane[5]) + lane[6]) + lane[7])
+            elif rows == 2:  # unpck/add, halves, then movhlps: (l0 + l2) + (l4 + l6), odd lanes alike
+                lo = np.float32(np.float32(lane[0] + lane[2]) + np.float32(lane[4] + lane[6]))
+                hi = np.float32(np.float32(lane[1] + lane[3]) + np.float32(lane[5] + lane[7]))
+            else:  # two vhaddps, then the halves
+                lo = np.float32(np.float32(lane[0] + lane[1]) + np.float32(lane[2] + lane[3]))
+                hi = np.float32(np.float32(lane[4] + lane[5]) + np.float32(lane[6] + lane[7]))
+            out[r] = np.float32(np.float32(lo + hi) + np.float32(0.0))  # + C masked to zero (beta 0)
+        m += rows

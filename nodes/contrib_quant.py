@@ -1,6 +1,7 @@
 """onnxruntime's com.microsoft quantized ops, as its quantization tools emit them.
 
-QOperator form: QLinearAdd, QLinearMul (y = saturate(round(f(dq(a), dq(b)) / y_scale) + y_zp)),
+QOperator form: QLinearAdd, QLinearMul (8-bit: MLAS's x86-64 arithmetic, mlas_qlinear_add /
+mlas_qlinear_mul; other types y = saturate(round(f(dq(a), dq(b)) / y_scale) + y_zp)),
 QLinearSigmoid, QLinearLeakyRelu, QLinearSoftmax (onnxruntime builds a 256-entry table of
 the float function of every quantized input value; so do we), QLinearConcat,
 QLinearGlobalAveragePool, QLinearAveragePool (integer sums requantized once), QGemm
@@ -73,6 +74,60 @@ def dynamic_quantize_u8(x: np.ndarray) -> tuple[np.ndarray, np.float32, np.uint8
     return q, scale, zp
 
 
+def _scalar_side(sa: tuple[int, ...], sb: tuple[int, ...]) -> int | None:
+    """Which input onnxruntime's broadcast loop hands MLAS as a scalar per span: 0 (A), 1 (B) or
+    None (both spans are vectors). The span is the innermost run of output axes; an input whose
+    size is 1 along the innermost axis that is not 1 in the output is the scalar there."""
+    nd = max(len(sa), len(sb))
+    pa, pb = (1,) * (nd - len(sa)) + tuple(sa), (1,) * (nd - len(sb)) + tuple(sb)
+    for da, db in zip(reversed(pa), reversed(pb)):
+        if max(da, db) == 1:
+            continue
+        return 0 if da == 1 else (1 if db == 1 else None)
+    return 0
+
+
+def _zp_int(zp: np.ndarray | None) -> int:
+    return 0 if zp is None else int(np.asarray(zp).reshape(()))
+
+
+def _saturate(r: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """cvtps2dq (round half to even), then the saturating packs to 16 and 8 bits."""
+    info = np.iinfo(dtype)
+    return np.clip(np.rint(r), info.min, info.max).astype(dtype)
+
+
+def mlas_qlinear_add(a: np.ndarray, a_s: float, a_zp: int, b: np.ndarray, b_s: float, b_zp: int,
+                     c_s: float, c_zp: int) -> np.ndarray:
+    """QLinearAdd as onnxruntime 1.32's x86-64 8-bit kernel computes it (the SSE2 helper of
+    MLAS's qladd.cpp, in a build that contracts its multiply-adds into FMAs; measured): the zero
+    points folded into one float32 constant, fixed = zC - fma(rA, zA, rB * zB) with
+    rA = sA / sC, rB = sB / sC, then round(fma(a, rA, fma(b, rB, fixed))). A scalar span (per
+    onnxruntime's broadcast loop, which passes the vector first) is folded into the constant the
+    same way, so an A scalar per span swaps the roles."""
+    f = np.float32
+    if _scalar_side(a.shape, b.shape) == 0:  # the vector is B: MLAS gets (B, A)
+        a, a_s, a_zp, b, b_s, b_zp = b, b_s, b_zp, a, a_s, a_zp
+    ra, rb = f(f(a_s) / f(c_s)), f(f(b_s) / f(c_s))
+    fixed = f(f(c_zp) - _fma(f(ra), f(a_zp), f(rb * f(b_zp))))
+    return _saturate(_fma(a.astype(np.float32), ra, _fma(b.astype(np.float32), rb, fixed)), a.dtype)
+
+
+def _fma(x, y, z) -> np.ndarray:
+    """float32 x * y + z rounded once (the float64 product is exact)."""
+    return (np.asarray(x, np.float64) * np.float64(y) + np.asarray(z, np.float64)).astype(np.float32)
+
+
+def mlas_qlinear_mul(a: np.ndarray, a_s: float, a_zp: int, b: np.ndarray, b_s: float, b_zp: int,
+                     c_s: float, c_zp: int) -> np.ndarray:
+    """QLinearMul as MLAS's x86-64 kernel (qlmul.cpp, SSE2) computes it: the exact integer
+    product (a - zA)(b - zB), times the float32 ratio sA * sB / sC, plus zC in float32, rounded."""
+    f = np.float32
+    ratio = f(f(f(a_s) * f(b_s)) / f(c_s))
+    prod = (a.astype(np.int32) - a_zp) * (b.astype(np.int32) - b_zp)
+    return _saturate(prod.astype(np.float32) * ratio + f(c_zp), a.dtype)
+
+
 class _QBinarySpec(OpSpec):
     """QLinearAdd / QLinearMul: A, A_scale, A_zp, B, B_scale, B_zp, C_scale, C_zp."""
 
@@ -85,6 +140,10 @@ class _QBinarySpec(OpSpec):
         """The float operation."""
         raise NotImplementedError
 
+    def mlas(self, *args: Any) -> np.ndarray:
+        """onnxruntime's 8-bit kernel."""
+        raise NotImplementedError
+
     def infer(self, ctx: NodeContext) -> list[TensorType]:
         """Broadcast shape, the quantized type of A."""
         sa, sb = ctx.shape(0), ctx.shape(3)
@@ -94,7 +153,13 @@ class _QBinarySpec(OpSpec):
     def reference(self, ctx: RunContext, a: np.ndarray, a_s: np.ndarray, a_zp: np.ndarray | None,
                   b: np.ndarray, b_s: np.ndarray, b_zp: np.ndarray | None, c_s: np.ndarray,
                   c_zp: np.ndarray | None) -> np.ndarray:
-        """Dequantize, operate in float32, requantize."""
+        """8-bit operands: onnxruntime's MLAS arithmetic; others: dequantize, operate in float32,
+        requantize."""
+        if a.dtype in (np.int8, np.uint8) and a.dtype == b.dtype and all(
+                np.asarray(p).size == 1 for p in (a_s, b_s, c_s)):
+            return self.mlas(a, float(np.asarray(a_s).reshape(())), _zp_int(a_zp), b,
+                             float(np.asarray(b_s).reshape(())), _zp_int(b_zp),
+                             float(np.asarray(c_s).reshape(())), _zp_int(c_zp))
         y = self.op(_dq(a, a_s, _scalar(a_zp)), _dq(b, b_s, _scalar(b_zp)))
         return _q(y, c_s, _scalar(c_zp), a.dtype)
 
@@ -109,6 +174,10 @@ class QLinearAddSpec(_QBinarySpec):
         """a + b."""
         return a + b
 
+    def mlas(self, *args: Any) -> np.ndarray:
+        """mlas_qlinear_add."""
+        return mlas_qlinear_add(*args)
+
 
 @register("QLinearMul", since=1, domain=MS)
 class QLinearMulSpec(_QBinarySpec):
@@ -119,6 +188,10 @@ class QLinearMulSpec(_QBinarySpec):
     def op(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """a * b."""
         return a * b
+
+    def mlas(self, *args: Any) -> np.ndarray:
+        """mlas_qlinear_mul."""
+        return mlas_qlinear_mul(*args)
 
 
 class _QUnarySpec(OpSpec):
@@ -192,7 +265,7 @@ class QLinearSoftmaxSpec(OpSpec):
                   ys: np.ndarray, yzp: np.ndarray | None) -> np.ndarray:
         """onnxruntime's algorithm: a float32 table of exp over the 256 code distances from the row
         maximum (built in double, scaled up so the row sums stay in range), a float32 row sum in
-        order, then round-half-even(table * floor(1 / y_scale) / sum) + y_zp. The multiplier is
+        order, then round-half-even(table * floor(1 / y_scale) / sum, in double) + y_zp. The multiplier is
         floor(1 / y_scale), not 1 / y_scale, and the zero point does not enter the table (its
         softmax is shift-invariant); results saturate to the output type (onnxruntime 1.32)."""
         if x.dtype not in (np.uint8, np.int8):
@@ -216,21 +289,30 @@ class QLinearSoftmaxSpec(OpSpec):
 
 
 def _ort_softmax_rows(rows: np.ndarray, d: int, x_scale: float, y_scale: float, y_zp: int) -> np.ndarray:
-    """QLinearSoftmax over the last axis of (N, D) integer codes; int64 results before the cast."""
+    """QLinearSoftmax over the last axis of (N, D) integer codes; int64 results before the cast.
+
+    As onnxruntime 1.32 computes it (probed bit for bit): the headroom log is taken in float
+    (logf of FLT_MAX / D; we round the double log to float, which equals glibc's logf for every
+    D < 60594), the 256 table entries are glibc's double exp (math.exp, not numpy's SIMD exp)
+    rounded to float, the row sum is float32 in index order, and the quotient
+    table * floor(1 / y_scale) / sum is formed in double before round-half-even."""
     import math
 
     headroom = float(np.float32(np.finfo(np.float32).max) / np.float32(d))  # float / size_t, in float
-    shift = max(0.0, math.log(headroom) - 5.0) / x_scale
-    dist = np.arange(256, dtype=np.float64)  # distance below the row maximum
-    table = np.exp((shift - dist) * x_scale).astype(np.float32)
+    log_headroom = float(np.float32(math.log(headroom)))  # logf
+    shift = max(0.0, log_headroom - 5.0) / x_scale
+    table = np.array([math.exp((shift - k) * x_scale) for k in range(256)]).astype(np.float32)
     e = table[rows.max(axis=1, keepdims=True) - rows]
     total = np.zeros(len(rows), np.float32)
     for k in range(d):  # float32 sum in index order, as the runtime adds
         total += e[:, k]
-    mult = np.float32(math.floor(np.float32(1.0) / np.float32(y_scale)))
+    mult = float(math.floor(np.float32(1.0) / np.float32(y_scale)))
+    q = e.astype(np.float64)
+    q *= mult
     with np.errstate(divide="ignore", invalid="ignore"):
-        q = np.rint((e * mult) / total[:, None]).astype(np.int64) + y_zp
-    return q
+        q /= total[:, None]
+    np.rint(q, out=q)
+    return np.nan_to_num(q, nan=0.0, copy=False).astype(np.int64) + y_zp
 
 
 @register("QLinearConcat", since=1, domain=MS)
@@ -274,9 +356,11 @@ class QLinearConcatSpec(OpSpec):
 
 def _avg_requant(s: np.ndarray, count: np.ndarray | int, xs: np.ndarray, xzp: np.ndarray | None,
                  ys: np.ndarray, yzp: np.ndarray | None, out_dt: np.dtype) -> np.ndarray:
-    """Requantize integer window sums: round(sum_centered * x_scale / (count * y_scale)) + y_zp."""
-    mult = np.float32(np.asarray(xs).reshape(())) / np.float32(np.asarray(ys).reshape(()))
-    y = np.rint(s.astype(np.float32) * mult / np.asarray(count, np.float32))
+    """Requantize integer window sums as MLAS's QLinearGlobalAveragePool does (x86-64):
+    round(float32(sum_centered) * float32(x_scale / (y_scale * count))) + y_zp, the scale one
+    float32 constant (sum * (x_scale / y_scale) / count rounds some halves the other way)."""
+    scale = np.float32(np.asarray(xs).reshape(())) / (np.float32(np.asarray(ys).reshape(())) * np.float32(count))
+    y = np.rint(s.astype(np.float32) * scale)
     if yzp is not None:
         y = y + np.float32(np.asarray(yzp).reshape(()))
     info = np.iinfo(out_dt)
@@ -310,6 +394,35 @@ class QLinearGlobalAveragePoolSpec(OpSpec):
         return _avg_requant(s, n, xs, xzp, ys, yzp, yzp.dtype if yzp is not None else x.dtype)
 
 
+def ort_average_pool(pool: AveragePoolSpec, ctx: RunContext, x: np.ndarray, xs: np.float32, xzp: int,
+                     ys: np.float32, yzp: int) -> np.ndarray:
+    """QLinearAveragePool as onnxruntime computes it (qlinear_pool.cc, NCHW): every input
+    dequantized to float32, each window summed in float32 in row-major order over the taps inside
+    the input, divided by its count (the kernel size with count_include_pad), then
+    round(y / y_scale + y_zp) with the zero point added in float32 before the rounding."""
+    import itertools
+
+    from nodes.pooling import pad_spatial
+
+    kernel, strides, _, pb, pe, out = pool._geometry(ctx, x)
+    xf = (x.astype(np.int32) - xzp).astype(np.float32) * xs
+    xp = pad_spatial(xf, pb, pe, 0)
+    acc = np.zeros((*x.shape[:2], *out), np.float32)
+    for tap in itertools.product(*(range(k) for k in kernel)):
+        acc += xp[(..., *(slice(t, t + s * (o - 1) + 1, s) for t, s, o in zip(tap, strides, out)))]
+    if ctx.attrs.get("count_include_pad", 0):
+        count = np.full(out, float(np.prod(kernel)), np.float32)
+    else:
+        count = np.ones(out, np.float32)
+        for i, size in enumerate(x.shape[2:]):
+            pos = np.arange(out[i])[:, None] * strides[i] + np.arange(kernel[i])[None, :]
+            c = ((pos >= pb[i]) & (pos < pb[i] + size)).sum(axis=1).astype(np.float32)
+            count = count * c.reshape([-1 if j == i else 1 for j in range(len(out))])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        y = acc / count / ys + np.float32(yzp)
+    return _saturate(y, x.dtype)
+
+
 @register("QLinearAveragePool", since=1, domain=MS)
 class QLinearAveragePoolSpec(OpSpec):
     """Quantized average pooling with AveragePool's window attributes."""
@@ -340,13 +453,20 @@ class QLinearAveragePoolSpec(OpSpec):
 
     def reference(self, ctx: RunContext, x: np.ndarray, xs: np.ndarray, xzp: np.ndarray | None,
                   ys: np.ndarray, yzp: np.ndarray | None) -> np.ndarray:
-        """Integer window sums (AveragePool on exact small ints in float64) and one requantization."""
+        """8-bit: onnxruntime's arithmetic (mlas_average_pool); else integer window sums
+        (AveragePool on exact small ints in float64) and one requantization."""
         last = bool(ctx.attrs["channels_last"])
+        pool = self._pool()
+        sub = RunContext(ctx.node, {k: v for k, v in ctx.attrs.items() if k != "channels_last"}, 19)
+        if x.dtype in (np.int8, np.uint8) and (yzp is None or yzp.dtype == x.dtype) and \
+                all(int(d) == 1 for d in (ctx.attrs.get("dilations") or [1])):
+            xn = np.moveaxis(x, -1, 1) if last else x
+            y = ort_average_pool(pool, sub, xn, np.float32(np.asarray(xs).reshape(())), _zp_int(xzp),
+                                 np.float32(np.asarray(ys).reshape(())), _zp_int(yzp))
+            return np.moveaxis(y, 1, -1) if last else y
         c = _centered(x, _scalar(xzp)).astype(np.float64)
         if last:
             c = np.moveaxis(c, -1, 1)
-        pool = self._pool()
-        sub = RunContext(ctx.node, {k: v for k, v in ctx.attrs.items() if k != "channels_last"}, 19)
         mean = np.asarray(pool.reference(sub, c))
         out_dt = yzp.dtype if yzp is not None else x.dtype
         y = _avg_requant(mean, 1, xs, xzp, ys, yzp, out_dt)

@@ -6,9 +6,11 @@ of a DequantizeLinear, which also keeps its NCHWc rewrite away) through MlasConv
 columns per group, then the bias added to each sum in float32. The SGEMM splits K into blocks
 of ``stride_k`` (MlasSgemmOperation: 128/128 N/K strides, traded against each other when N or
 K is small), and the summation order inside a block is the kernel's (nodes/_mlas_jit.py).
-A MatMul of dequantized operands is the same SGEMM per matrix of the batch. Measured against
-onnxruntime 1.32 on x86-64 (AVX2/FMA3): equal float32 outputs for 1x1, 3x3 strided, 2x2, 1x7 and
-depthwise convolutions and for batched MatMuls (tests/engine/test_ort_exactness.py).
+One row (M == 1) and one column (N == 1: a Conv over a 1x1 image, as in squeeze-excite blocks)
+take MLAS's M == 1 kernels instead, each with its own order. A MatMul of dequantized operands is
+the same SGEMM per matrix of the batch. Measured against onnxruntime 1.32 on x86-64 (AVX-512,
+AVX2/FMA3): equal float32 outputs for 1x1, 3x3 strided, 2x2, 1x7 and depthwise convolutions, 1x1
+convolutions of a 1x1 image and batched MatMuls (tests/engine/test_ort_exactness.py).
 """
 
 from __future__ import annotations
@@ -34,12 +36,16 @@ def sgemm_stride_k(n: int, k: int) -> int:
 
 
 def sgemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """(M, K) x (K, N) float32 product in MLAS's order (the M == 1 kernel for one row)."""
+    """(M, K) x (K, N) float32 product in MLAS's order (the M == 1 kernel for one row, the
+    transposed one for one column)."""
     from nodes import _mlas_jit
 
     a = np.ascontiguousarray(a, np.float32)
     b = np.ascontiguousarray(b, np.float32)
     out = np.empty((a.shape[0], b.shape[1]), np.float32)
+    if b.shape[1] == 1 and a.shape[0] != 1:
+        _mlas_jit.sgemv_n1(a, b[:, 0], out[:, 0])
+        return out
     kernel = _mlas_jit.sgemm_m1 if a.shape[0] == 1 else _mlas_jit.sgemm_fma
     kernel(a, b, sgemm_stride_k(b.shape[1], a.shape[1]), out)
     return out
@@ -91,3 +97,32 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     b = np.broadcast_to(b, (*batch, *b.shape[-2:])).reshape(-1, *b.shape[-2:])
     out = np.stack([sgemm(x, y) for x, y in zip(a, b)])
     return out.reshape(*batch, a.shape[-2], b.shape[-1])
+
+
+_LOGISTIC_ALPHA = (4.37031012579801e-11, 1.15627324459942e-07, 6.08574864600143e-05, 8.51377133304701e-03,
+                   2.48287947061529e-01)
+_LOGISTIC_BETA = (6.10247389755681e-13, 5.76102136993427e-09, 6.29106785017040e-06, 1.70198817374094e-03,
+                  1.16817656904453e-01, 9.93151921023180e-01)
+
+
+def _fma(x: np.ndarray, y, z) -> np.ndarray:
+    """float32 x * y + z rounded once (the float64 product of two float32 is exact)."""
+    return (x.astype(np.float64) * np.float64(y) + np.asarray(z, np.float64)).astype(np.float32)
+
+
+def logistic(x: np.ndarray) -> np.ndarray:
+    """MlasComputeLogistic (the FMA3 kernel): x clamped to [-18, 18], the odd polynomial p(x) over
+    the even q(x) of Eigen's coefficients by FMA (Horner in x^2), then p / q + 1/2, clamped at 0
+    only (1.0000001 at x = 17.844, as onnxruntime's).
+    onnxruntime's Sigmoid, QuickGelu and QLinearSigmoid's table all come from it."""
+    f = np.float32
+    v = np.clip(np.asarray(x, np.float32), f(-18.0), f(18.0))
+    v2 = v * v
+    p = _fma(v2, f(_LOGISTIC_ALPHA[0]), f(_LOGISTIC_ALPHA[1]))
+    for c in _LOGISTIC_ALPHA[2:]:
+        p = _fma(p, v2, f(c))
+    p = p * v
+    q = _fma(v2, f(_LOGISTIC_BETA[0]), f(_LOGISTIC_BETA[1]))
+    for c in _LOGISTIC_BETA[2:]:
+        q = _fma(q, v2, f(c))
+    return np.maximum(p / q + f(0.5), f(0.0))

@@ -18,13 +18,27 @@ onnxruntime 1.32 on x86-64 (the optimized model it writes with ``optimized_model
   QLinearGlobalAveragePool, Gemm -> QGemm, Softmax -> QLinearSoftmax; MaxPool, Reshape,
   Transpose, Squeeze, Slice ... drop their DQ/Q pair when both carry the same parameters.
 
-Of these, only QLinearSoftmax computes something the float unit does not: a 256-entry exp table,
-a float32 row sum and the multiplier floor(1 / y_scale) (nodes/contrib_quant.py), 1 LSB apart
-on ~1% of values when y_scale is not 1/256. The other kernels equal the float unit on random
-int8 data (tests/engine/test_ort_exactness.py), so ``runtime_graph`` rewrites only the Softmax
-units, where onnxruntime's selector takes them (8-bit input and output of the same type, the
-Softmax feeding only the Q, no graph output in between; a DQ shared with other consumers is
-duplicated per unit first, as its EnsureUniqueDQForNodeUnit pass does).
+Five of these compute something the float unit does not, and ``runtime_graph`` rewrites their
+units into our emulation of the kernel (nodes/contrib_quant.py): QLinearAveragePool (float32
+window sums in row-major order, / count, round(y / y_scale + y_zp) with the zero point added
+before the rounding), QLinearGlobalAveragePool (the integer sum times one float32 scale
+x_scale / (y_scale * count): 0.1 % of outputs apart at calibration-like scales), QLinearSoftmax (a 256-entry exp table, a float32 row sum and the multiplier
+floor(1 / y_scale), divided in double: 1 LSB apart on ~1% of values when y_scale is not 1/256), QLinearAdd (MLAS folds both zero points
+into one float32 constant, zC - (rA zA + rB zB), and adds a rA + b rB to it) and QLinearMul
+(the exact integer product times the float32 ratio sA sB / sC, plus zC). The last two round an
+exact half the other way from the float unit: rarely on random data, but on up to 11 % of all
+code pairs at some scales of bounded activations ([0, 1], [0, 6] ...). One such int8 of PP-OCRv6
+rec (an Add of two swish outputs; a squeeze-excite Mul) put 42-125 of its 149 tensors under 99.9 %
+equal.
+The units are taken where onnxruntime's selectors take them (8-bit inputs and output of one type,
+scalar scales and zero points, the op feeding only the Q, no graph output in between; a DQ shared
+with other consumers is duplicated per unit first, as its EnsureUniqueDQForNodeUnit pass does).
+QLinearSigmoid and QLinearConcat are left as float units (equal on
+random data; not proven exact at every scale). Three float kernels also follow onnxruntime's
+arithmetic: Sigmoid (MLAS's rational approximation, which is also QuickGelu's and
+QLinearSigmoid's table), HardSwish (its function body) and LayerNormalization (float64
+statistics, one rounding of the scale and bias; its inv_std is 1 ulp apart on some rows, see
+_OrtLayerNorm).
 
 A TFLite file is simulated by engine/sim/tflite_int.py with LiteRT's kernels instead: each
 artifact is simulated as the runtime that executes it computes.
@@ -61,44 +75,60 @@ def _param_dtype(v) -> np.dtype | None:
     return v.type.dtype if v.type is not None else None
 
 
-def _softmax_unit(q: Node) -> tuple[Node, Node] | None:
-    """(dq, softmax) when ``q`` closes a DQ -> Softmax -> Q unit onnxruntime fuses, else None."""
+_FUSED = {"Softmax": ("QLinearSoftmax", 1), "Add": ("QLinearAdd", 2), "Mul": ("QLinearMul", 2),
+          "AveragePool": ("QLinearAveragePool", 1), "GlobalAveragePool": ("QLinearGlobalAveragePool", 1)}
+"""Float op -> (the com.microsoft kernel onnxruntime's QDQ transformer replaces its unit by, the
+number of its DQ inputs), for the units whose kernel computes differently from the float unit."""
+
+
+def _unit(q: Node) -> tuple[list[Node], Node] | None:
+    """(dqs, op) when ``q`` closes a DQ... -> op -> Q unit onnxruntime fuses (op in _FUSED), else None."""
     x = q.inputs[0] if q.inputs else None
-    sm = x.producer() if x is not None else None
-    if sm is None or sm.op_type != "Softmax" or sm.domain or _single_consumer(sm) is not q:
+    op = x.producer() if x is not None else None
+    if op is None or op.op_type not in _FUSED or op.domain or _single_consumer(op) is not q:
         return None
-    dq = sm.inputs[0].producer() if sm.inputs and sm.inputs[0] is not None else None
-    if dq is None or dq.op_type != "DequantizeLinear":  # a shared DQ is duplicated by the runtime first
+    if len(op.inputs) != _FUSED[op.op_type][1] or any(v is None for v in op.inputs):
         return None
-    if len(dq.inputs) < 3 or len(q.inputs) < 3 or dq.inputs[2] is None or q.inputs[2] is None:
+    dqs = [v.producer() for v in op.inputs]  # a shared DQ is duplicated by the runtime first
+    if any(dq is None or dq.op_type != "DequantizeLinear" or dq.domain or len(dq.inputs) < 3 or dq.inputs[2] is None
+           for dq in dqs) or len(q.inputs) < 3 or q.inputs[2] is None:
         return None
-    t_in, t_out = _param_dtype(dq.inputs[2]), _param_dtype(q.inputs[2])
-    if t_in is None or t_in != t_out or t_in not in _EIGHT_BIT:
+    t_out = _param_dtype(q.inputs[2])
+    if t_out not in _EIGHT_BIT or any(_param_dtype(dq.inputs[2]) != t_out for dq in dqs):
         return None
-    for p in (dq.inputs[1], dq.inputs[2], q.inputs[1], q.inputs[2]):
+    for p in (*(v for dq in dqs for v in dq.inputs[1:3]), q.inputs[1], q.inputs[2]):
         if p.const is None or np.asarray(p.const).size != 1:
             return None
-    return dq, sm
+    return dqs, op
 
 
 def runtime_graph(graph: Graph) -> Graph:
     """A copy of a QDQ graph whose node units run onnxruntime's integer kernels where its CPU
-    provider forms them and they compute differently from the float unit (QLinearSoftmax).
-    The quantized values keep their names; a graph without such units is copied unchanged."""
+    provider forms them and they compute differently from the float unit (QLinearSoftmax,
+    QLinearAdd, QLinearMul, QLinearAveragePool, QLinearGlobalAveragePool). The quantized values
+    keep their names; a graph without such units is copied unchanged."""
     g = clone_graph(graph)
     for q in [n for n in g.toposort() if n.op_type == "QuantizeLinear" and not n.domain]:
-        unit = _softmax_unit(q)
+        unit = _unit(q)
         if unit is None:
             continue
-        dq, sm = unit
-        axis = int(sm.attrs.get("axis", -1 if g.opset("") >= 13 else 1))
-        y, args = q.outputs[0], [*dq.inputs[:3], *q.inputs[1:3]]
-        name = g.unique_name(sm.name or "softmax")
+        dqs, op = unit
+        kernel = _FUSED[op.op_type][0]
+        y = q.outputs[0]
+        if kernel == "QLinearSoftmax":
+            attrs = {"axis": int(op.attrs.get("axis", -1 if g.opset("") >= 13 else 1)), "opset": g.opset("")}
+        elif kernel == "QLinearAveragePool":
+            attrs = {k: v for k, v in op.attrs.items() if k != "dilations"}
+        else:
+            attrs = {}
+        args = [v for dq in dqs for v in dq.inputs[:3]] + list(q.inputs[1:3])
+        name = g.unique_name(op.name or op.op_type.lower())
         g.remove_node(q)
-        g.remove_node(sm)
-        g.add_node(Node("QLinearSoftmax", args, [y], {"axis": axis, "opset": g.opset("")}, name=name, domain=_MS))
-        if not dq.outputs[0].consumers() and not dq.outputs[0].is_graph_output:
-            g.remove_node(dq)
+        g.remove_node(op)
+        g.add_node(Node(kernel, args, [y], attrs, name=name, domain=_MS))
+        for dq in dict.fromkeys(dqs):
+            if not dq.outputs[0].consumers() and not dq.outputs[0].is_graph_output:
+                g.remove_node(dq)
     if any(n.domain == _MS for n in g.nodes):
         g.opset_imports.setdefault(_MS, 1)
     g.sort_nodes()
@@ -170,6 +200,52 @@ class _OrtHardSwish(_Override):
         return y * x
 
 
+class _OrtSigmoid(_Override):
+    """Sigmoid as MlasComputeLogistic computes it (nodes/mlas.py logistic): onnxruntime's Sigmoid,
+    the QuickGelu it fuses x * Sigmoid(x) into, and QLinearSigmoid's table (each code dequantized,
+    then the same function, then quantized: what the float unit computes with this kernel)."""
+
+    def reference(self, ctx: RunContext, x: np.ndarray) -> np.ndarray:
+        """The FMA3 kernel's rational polynomial for float32 input."""
+        if x.dtype != np.float32:
+            return self.base.reference(ctx, x)
+        from nodes import mlas
+
+        return mlas.logistic(x)
+
+
+class _OrtLayerNorm(_Override):
+    """LayerNormalization closer to onnxruntime 1.32's float32 CPU kernel. Measured against it
+    (its Mean and InvStdDev outputs exposed, PP-OCRv6 rec's 40x120 rows): its mean is the float64
+    mean rounded to float32 (40 of 40 rows; float32 sums in index order: 34 differ), and its output
+    is fma((x - mean) * inv_std, scale, bias) from those two (0 of 4,800 differ). Its inv_std is
+    not reproduced: 1 / sqrt(float64 variance + epsilon) is 1 ulp off on 13 of 40 rows (an
+    approximate reciprocal square root?), so 1,297 of 4,800 outputs differ by an ulp, against
+    3,067 with the registered kernel's float32 pairwise order."""
+
+    def reference(self, ctx: RunContext, x: np.ndarray, scale: np.ndarray, b: np.ndarray | None = None):
+        """Float64 statistics, float32 (x - mean) * inv_std, then one rounding of * scale + bias."""
+        if x.dtype != np.float32 or scale.dtype != np.float32 or (b is not None and b.dtype != np.float32):
+            return self.base.reference(ctx, x, scale, b)
+        from nodes._util import norm_axis
+
+        axis = norm_axis(int(ctx.attrs["axis"]), x.ndim)
+        n = int(np.prod(x.shape[axis:], dtype=np.int64))
+        if n == 0:
+            return self.base.reference(ctx, x, scale, b)
+        rows = x.reshape(-1, n)
+        wide = rows.astype(np.float64)
+        mean = wide.mean(axis=1, keepdims=True)
+        var = (wide * wide).mean(axis=1, keepdims=True) - mean * mean
+        mean32 = mean.astype(np.float32)
+        inv = (1.0 / np.sqrt(var + np.float64(np.float32(ctx.attrs["epsilon"])))).astype(np.float32)
+        y = ((rows - mean32) * inv).astype(np.float64) * scale.reshape(1, -1)
+        if b is not None:
+            y += b.reshape(1, -1)
+        stat_shape = (*x.shape[:axis], *([1] * (x.ndim - axis)))
+        return [y.astype(np.float32).reshape(x.shape), mean32.reshape(stat_shape), inv.reshape(stat_shape)]
+
+
 class RuntimeExecutor(Executor):
     """An Executor of ``runtime_graph(graph)`` whose QDQ Convs follow MLAS's float order and whose
     HardSwish is onnxruntime's function body."""
@@ -183,6 +259,7 @@ class RuntimeExecutor(Executor):
         # place, which is our order, not onnxruntime's.
         plan = super()._plan(graph, False)
         conv, mm, hswish = registry.get("Conv"), registry.get("MatMul"), registry.get("HardSwish")
+        lnorm, sigmoid = registry.get("LayerNormalization"), registry.get("Sigmoid")
         for step in (*plan.steps, *plan.const_steps):
             if step.spec is conv and step.node.name in self._mlas:
                 step.spec = _MLAS_CONV
@@ -190,6 +267,10 @@ class RuntimeExecutor(Executor):
                 step.spec = _MlasMatMul(mm)
             elif step.spec is hswish:
                 step.spec = _OrtHardSwish(hswish)
+            elif step.spec is lnorm:
+                step.spec = _OrtLayerNorm(lnorm)
+            elif step.spec is sigmoid:
+                step.spec = _OrtSigmoid(sigmoid)
             if step.fn is not None:  # the plan binds each kernel once
                 step.fn = step.spec.reference
         return plan
