@@ -305,7 +305,11 @@ def loads(data: bytes) -> Any:
 
 
 def bulk_of(obj: Any) -> list[Any]:
-    """The graphs and long lists of a compile result to write ahead (see ``dumps``)."""
+    """The graphs and long lists of a result to write ahead (see ``dumps``): a compile's, or what
+    an object's own ``wire_bulk()`` names."""
+    own = getattr(obj, "wire_bulk", None)
+    if callable(own):
+        return list(own())
     out: list[Any] = []
     for path in ("compile.source", "compile.optimized", "compile.quant.graph", "compile.sim.ops",
                  "compile.sim.events", "compile.sim.placement.facts.order", "optimized"):

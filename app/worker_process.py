@@ -193,6 +193,7 @@ def serve(conn: Any, warm: bool = True) -> None:
         os._exit(0)
 
     threading.Thread(target=receive, name="npu-studio-worker-pipe", daemon=True).start()
+    wire.YIELD_S = 0.0  # a writer here holds no GIL the GUI thread needs: its chunks need no pause
     send(("ready", os.getpid()))
     from concurrent.futures import ThreadPoolExecutor
 
