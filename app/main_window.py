@@ -333,6 +333,7 @@ class MainWindow(QMainWindow):
         doc.undo_stack.indexChanged.connect(self._on_undo_index_changed)
         doc.graph_edited.connect(self.canvas.minimap.schedule_rebuild)
         self._select_target_box(doc.target_name)
+        self._on_analysis_changed()  # the legend and diagnostics of this document (none yet), not the last one's
         self._set_scene(GraphScene(doc), snapshot, layout)
         self.inspector.set_document(doc)
         self.pass_trace.show_trace([], summary="Run Compile (Ctrl+B) to see what each optimizer pass did.")
