@@ -313,13 +313,13 @@ class Document(QObject):
         self._place_task = task.start()
 
     def adopt_analysis(self, task: Any) -> None:
-        """The worker process analyses the graph as it was read (app/jobs.py ``open_place_job``; None:
-        it does not): its result is this document's opening analysis, unless the graph or the target
-        changed meanwhile (an edit or a new target requests its own); should it fail, the editor
-        analyses the graph itself."""
+        """Send ``task`` (app/jobs.py ``open_place_job``; None: none): the worker process analyses
+        the graph as it was read. Its result is this document's opening analysis, unless the graph
+        or the target changed meanwhile (an edit or a new target requests its own); should it
+        fail, the editor analyses the graph itself."""
         if task is None:
             return
-        if task.args[2] != self.target or self._place_task is not None:  # (path, shapes, target, token)
+        if task.args[2] != self.target or self._place_task is not None:  # (path, shapes, target)
             task.cancel()
             return
         version = self.graph.version
@@ -340,11 +340,7 @@ class Document(QObject):
         task.signals.finished.connect(done)
         task.signals.failed.connect(fell_through)
         task.signals.cancelled.connect(fell_through)
-        if task.done.is_set():  # it ended before these connections: its signal reached no one
-            if task.result is not None:
-                done(task.result)
-            else:
-                fell_through()
+        task.start()
 
     @property
     def analysis_adopted(self) -> bool:

@@ -8,7 +8,7 @@ then lays the graph out from the snapshot that thread took as soon as the graph 
 (``open_layout_job``) while the thread verifies and infers it. Snapshot and layout cross as a few
 arrays. The editor checks and lays out itself when the worker cannot (still starting, or gone).
 
-A graph of REMOTE_PLACE_MIN_NODES nodes or more is also placed there, once its layout is done
+A graph of REMOTE_PLACE_MIN_NODES nodes or more is also placed there, once the editor has read it
 (``open_place_job``): the worker reads the file itself, so nothing but its name crosses, and the
 opening analysis (2 s of Python on 50,000 nodes, and its garbage: one 220-390 ms collection) no
 longer holds the editor's GIL. Its statuses come back for the document to adopt.
@@ -17,8 +17,6 @@ longer holds the editor's GIL. Its statuses come back for the document to adopt.
 from __future__ import annotations
 
 import logging
-import threading
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,7 +140,7 @@ class PackedLayout:
 class WorkerOpen:
     """The worker process's part of an open: onnx's checker on the file (sent at once, so it runs
     while the editor reads), the layout (``layout.args`` set and sent once the graph is read) and,
-    for a large graph and a target, its placement (``place``, sent with the layout)."""
+    for a large graph and a target, its placement (``place``, which the document sends)."""
 
     def __init__(self, check: Any, layout: Any, place: Any = None) -> None:
         self.check, self.layout, self.place = check, layout, place
@@ -156,15 +154,6 @@ class WorkerOpen:
 
 
 REMOTE_PLACE_MIN_NODES = 3000  # below this the editor's thread places the graph in a few 100 ms
-PLACE_WAIT_S = 120.0  # how long an open's placement waits for its layout in the worker
-
-_laid_out: dict[str, threading.Event] = {}  # in the worker: an open's token -> its layout ended
-_laid_out_lock = threading.Lock()
-
-
-def _layout_event(token: str) -> threading.Event:
-    with _laid_out_lock:
-        return _laid_out.setdefault(token, threading.Event())
 
 
 def open_check_job(control: TaskControl, path: str) -> float:
@@ -178,14 +167,10 @@ def open_check_job(control: TaskControl, path: str) -> float:
     return time.perf_counter() - t0
 
 
-def open_layout_job(control: TaskControl, data: PackedInput, token: str | None = None) -> PackedLayout:
+def open_layout_job(control: TaskControl, data: PackedInput) -> PackedLayout:
     """In the worker process, while the editor verifies and infers the graph: lay out the snapshot
-    it took (see the module docstring); ``token`` names the open whose placement waits for it."""
-    try:
-        return _open_layout(control, data)
-    finally:
-        if token is not None:
-            _layout_event(token).set()
+    it took (see the module docstring)."""
+    return _open_layout(control, data)
 
 
 def _open_layout(control: TaskControl, data: PackedInput) -> PackedLayout:
@@ -202,23 +187,16 @@ def _open_layout(control: TaskControl, data: PackedInput) -> PackedLayout:
         return packed
 
 
-def open_place_job(control: TaskControl, path: str, shapes: dict[str, tuple[int, ...]] | None, target: Any,
-                   token: str) -> placement.EditAnalysis:
-    """In the worker process, once the open's layout is done (the first view comes first): read
-    ``path`` as the editor did and place it on ``target``: the opening analysis, which trusts the
-    loader's inference (``Document.request_analysis(reinfer=False)``). Its version is the editor's
-    to stamp (``Document.adopt_analysis``); statuses that are equal are one object, so they cross
-    as one."""
+def open_place_job(control: TaskControl, path: str, shapes: dict[str, tuple[int, ...]] | None, target: Any
+                   ) -> placement.EditAnalysis:
+    """In the worker process, sent once the editor has read the graph (its first view is being
+    made; earlier, this read of the file took CPU the editor's own read needed: a 10,000-node
+    model's first view came 0.3-0.5 s later): read ``path`` as the editor did and place it on
+    ``target``: the opening analysis, which trusts the loader's inference
+    (``Document.request_analysis(reinfer=False)``). Its version is the editor's to stamp
+    (``Document.adopt_analysis``); statuses that are equal are one object, so they cross as one."""
     import engine
 
-    event = _layout_event(token)
-    waited = 0.0
-    while not event.wait(0.05) and waited < PLACE_WAIT_S:
-        control.check()
-        waited += 0.05
-    with _laid_out_lock:
-        _laid_out.pop(token, None)
-    control.check()
     with collections_paused():
         graph = engine.load(path, shapes=shapes or None, check=False)  # the editor's read checked it
         control.check()
@@ -270,14 +248,10 @@ def _load(control: TaskControl, path: Path, shapes: dict[str, tuple[int, ...]] |
     else:
         def structure(graph: Graph) -> None:  # read, not yet verified nor inferred: the worker lays it out
             snapshots.append(take_snapshot(graph))
-            token = None
-            if remote.place is not None and len(graph) >= REMOTE_PLACE_MIN_NODES:
-                token = uuid.uuid4().hex
-                remote.place.args = (str(path), shapes or None, *remote.place.args, token)
-            remote.layout.args = (PackedInput.of(snapshots[0].data), token)
+            remote.layout.args = (PackedInput.of(snapshots[0].data),)
             remote.layout.start()
-            if token is not None:
-                remote.place.start()
+            if remote.place is not None and len(graph) >= REMOTE_PLACE_MIN_NODES:  # sent by the document
+                remote.place.args = (str(path), shapes or None, *remote.place.args)
                 remote.placing = True
 
         graph = engine.load(path, shapes=shapes or None, check=remote is None,  # else the worker checks
