@@ -165,6 +165,8 @@ class LegendCounts:
 
     def of(self, statuses: dict[str, NodeStatus], graph: Graph) -> dict[str, int]:
         """The counts of ``statuses`` (a document's) on ``graph`` (its graph)."""
+        if not statuses:  # nothing analysed yet (a document just opened): nothing to count
+            return {}
         held = self._held
         if held is not None and held[0] is statuses and held[1] is graph and held[2] == graph.version:
             return dict(held[3])
