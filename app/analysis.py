@@ -268,6 +268,9 @@ class AnalysisController(QObject):
         if doc.types_pending:  # compile the edit's types, not the copy's of before it: look again soon
             self._timer.start(TYPES_POLL_MS)
             return
+        if getattr(doc, "analysis_in_worker", False):  # the worker places the graph as read: after that
+            self._timer.start(TYPES_POLL_MS)
+            return
         target = self.target
         if target is None:
             if self.state != "failed":

@@ -21,6 +21,7 @@ from PySide6.QtCore import QObject, QPointF, QTimer, Signal
 from PySide6.QtGui import QUndoCommand, QUndoStack
 
 from app import placement
+from app.placement import NODE_ERROR_CODES, EditAnalysis, node_errors  # noqa: F401 (the document's names)
 from app.runtime import release_heap
 from app.workers import Task, TaskControl, clone_unchanged
 from engine import editing
@@ -35,23 +36,11 @@ log = logging.getLogger(__name__)
 
 AUTOSAVE_DELAY_MS = 15_000  # recovery file written this long after the last change (< 1 minute)
 ANALYSIS_DELAY_MS = 60  # edits within this window are analysed once
-NODE_ERROR_CODES = {"shape-inference", "undefined-input", "use-def", "unsupported-op"}
 
 
 def _place_job(control: TaskControl, graph: Graph, target: Any, version: int) -> tuple[int, placement.PlacementOutcome]:
     control.progress(0.1, "placing")
     return version, placement.place_graph(graph, target)
-
-
-@dataclass
-class EditAnalysis:
-    """What the analysis worker found for one version of the graph (names are the keys)."""
-
-    version: int
-    types: dict[str, TensorType] | None  # output types by value name (None: not re-inferred)
-    diagnostics: list[Diagnostic]
-    placement: placement.PlacementOutcome
-    statuses: dict[str, placement.NodeStatus]
 
 
 def _baseline_types(graph: Graph, baseline: dict[int, tuple[Any, TensorType]]) -> dict[str, TensorType]:
@@ -125,13 +114,12 @@ def resolve_target_cached(name: str | None) -> Any:
     return target
 
 
-def node_errors(diagnostics: list[Diagnostic]) -> dict[str, list[str]]:
-    """The problems to mark on each node (by name), from verify and inference diagnostics."""
-    errors: dict[str, list[str]] = {}
-    for d in diagnostics:
-        if d.node and (d.code in NODE_ERROR_CODES or d.severity == ERROR):
-            errors.setdefault(d.node, []).append(d.message)
-    return errors
+def resolve_target_or_none(name: str | None) -> Any:
+    """``resolve_target_cached``, None for a target that cannot be read (the document says why)."""
+    try:
+        return resolve_target_cached(name)
+    except (ValueError, OSError):
+        return None
 
 
 class Document(QObject):
@@ -178,6 +166,8 @@ class Document(QObject):
         self._pending_pos: QPointF | None = None
         self._command_error: BaseException | None = None
         self._place_task: Task | None = None
+        self._adopted: Any = None  # the worker's analysis of the graph as read (adopt_analysis)
+        self._edited_version = -1  # the graph version ``_edited_statuses`` has every node of
         self.undo_stack = QUndoStack(self)
         self.undo_stack.cleanChanged.connect(self._on_clean_changed)
         self._analysis_timer = QTimer(self)
@@ -322,6 +312,47 @@ class Document(QObject):
         task.signals.failed.connect(self.message)
         self._place_task = task.start()
 
+    def adopt_analysis(self, task: Any) -> None:
+        """Send ``task`` (app/jobs.py ``open_place_job``; None: none): the worker process analyses
+        the graph as it was read. Its result is this document's opening analysis, unless the graph
+        or the target changed meanwhile (an edit or a new target requests its own); should it
+        fail, the editor analyses the graph itself."""
+        if task is None:
+            return
+        if task.args[2] != self.target or self._place_task is not None:  # (path, shapes, target)
+            task.cancel()
+            return
+        version = self.graph.version
+        self._adopted = task
+        self._place_task = task
+
+        def done(result: Any) -> None:
+            if isinstance(result, EditAnalysis):
+                result.version = version
+                self._on_analysis_done(task, result)
+
+        def fell_through(*_: Any) -> None:
+            if task is self._place_task and not self._closed:
+                self._place_task = None
+                self._adopted = None
+                self.request_analysis(reinfer=False)
+
+        task.signals.finished.connect(done)
+        task.signals.failed.connect(fell_through)
+        task.signals.cancelled.connect(fell_through)
+        task.start()
+
+    @property
+    def analysis_adopted(self) -> bool:
+        """True when the worker's opening analysis is this document's (running or landed)."""
+        return self._adopted is not None
+
+    @property
+    def analysis_in_worker(self) -> bool:
+        """True while the worker process places the graph as read (adopt_analysis): a compile
+        started now would share that process with it."""
+        return self._adopted is not None and self._place_task is self._adopted
+
     def _on_analysis_done(self, task: Task, result: EditAnalysis) -> None:
         if self._closed or task is not self._place_task or result.version != self.graph.version:
             return  # superseded (a newer analysis is on its way), or the document closed
@@ -339,7 +370,7 @@ class Document(QObject):
         self.diagnostics = result.diagnostics
         self._placement = result.placement
         self.placement_diagnostics = result.placement.diagnostics
-        self._set_statuses(result.statuses, reshaped)
+        self._set_statuses(result.statuses, reshaped, version=result.version)
 
     def analyze(self, reinfer: bool = True) -> None:
         """Re-verify and re-infer the graph now; placement follows (in a worker with a target).
@@ -393,7 +424,7 @@ class Document(QObject):
 
     def _publish(self, everything: bool = False) -> None:
         self._set_statuses(placement.statuses(self.graph, self._placement, node_errors(self.diagnostics)),
-                           everything=everything)
+                           everything=everything, version=self.graph.version)
 
     def show_compiled(self, compiled: CompiledPlacement | None) -> None:
         """The analysis compiled the graph at ``compiled.version`` (None: no compile to show).
@@ -429,6 +460,8 @@ class Document(QObject):
         else:
             self.placement_source = "compiled"
             self.compile_diagnostics = list(comp.diagnostics)
+        if comp is None and self._edited_version == self.graph.version:
+            return edited  # it has every node of this graph: composing would copy it (50,000 nodes: 30 ms)
         unplaced, errors = placement.PlacementOutcome(), None
         out: dict[str, placement.NodeStatus] = {}
         for n in self.graph.nodes:
@@ -443,13 +476,22 @@ class Document(QObject):
         return out
 
     def _set_statuses(self, new: dict[str, placement.NodeStatus], also: set[str] = frozenset(),  # type: ignore[assignment]
-                      everything: bool = False) -> None:
+                      everything: bool = False, version: int | None = None) -> None:
         """Publish statuses (the only writer of ``statuses``); listeners hear which names changed
-        (``also`` adds nodes whose shapes changed) or None when anything may have."""
+        (``also`` adds nodes whose shapes changed) or None when anything may have. ``version``:
+        the graph version ``new`` has a status of every node of (None: it may lack some)."""
+        if new is not self._edited_statuses:
+            self._edited_version = -1 if version is None else version
         self._edited_statuses = new
         new = self._compose(new)
         old = self.statuses
-        changed = {k for k, v in new.items() if old.get(k) != v} | (set(old) - set(new)) | set(also)
+        if new is old:  # the same statuses again (a compile that failed, one for another version)
+            changed = set(also)
+        elif not old:
+            changed = set(new) | set(also)
+        else:
+            changed = {k for k, v in new.items() if (o := old.get(k)) is not v and o != v}
+            changed |= (old.keys() - new.keys()) | set(also)
         self.statuses = new
         self.analysis_changed.emit(None if everything else changed)
 

@@ -7,6 +7,11 @@ holds the GIL for its whole run, 0.2-0.3 s on 50,000 nodes, which the GUI thread
 then lays the graph out from the snapshot that thread took as soon as the graph was read
 (``open_layout_job``) while the thread verifies and infers it. Snapshot and layout cross as a few
 arrays. The editor checks and lays out itself when the worker cannot (still starting, or gone).
+
+A graph of REMOTE_PLACE_MIN_NODES nodes or more is also placed there, once the editor has read it
+(``open_place_job``): the worker reads the file itself, so nothing but its name crosses, and the
+opening analysis (2 s of Python on 50,000 nodes, and its garbage: one 220-390 ms collection) no
+longer holds the editor's GIL. Its statuses come back for the document to adopt.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ class LoadedModel:
     snapshot: GraphSnapshot
     layout: LayoutResult
     seconds: dict[str, float] = field(default_factory=dict)
+    placing: Any = None  # the worker's placement of the graph as read (a ProcessTask), when it places it
     fingerprint: Any = None  # of the graph as read (projects.fingerprint), taken here off the GUI thread
     baseline: Any = None  # the types as read (engine.editing.snapshot_types), also taken here
 
@@ -133,14 +139,21 @@ class PackedLayout:
 
 class WorkerOpen:
     """The worker process's part of an open: onnx's checker on the file (sent at once, so it runs
-    while the editor reads) and the layout (``layout.args`` set and sent once the graph is read)."""
+    while the editor reads), the layout (``layout.args`` set and sent once the graph is read) and,
+    for a large graph and a target, its placement (``place``, which the document sends)."""
 
-    def __init__(self, check: Any, layout: Any) -> None:
-        self.check, self.layout = check, layout
+    def __init__(self, check: Any, layout: Any, place: Any = None) -> None:
+        self.check, self.layout, self.place = check, layout, place
+        self.placing = False  # the placement was sent
 
     def cancel(self) -> None:
         self.check.cancel()
         self.layout.cancel()
+        if self.place is not None:
+            self.place.cancel()
+
+
+REMOTE_PLACE_MIN_NODES = 3000  # below this the editor's thread places the graph in a few 100 ms
 
 
 def open_check_job(control: TaskControl, path: str) -> float:
@@ -157,6 +170,10 @@ def open_check_job(control: TaskControl, path: str) -> float:
 def open_layout_job(control: TaskControl, data: PackedInput) -> PackedLayout:
     """In the worker process, while the editor verifies and infers the graph: lay out the snapshot
     it took (see the module docstring)."""
+    return _open_layout(control, data)
+
+
+def _open_layout(control: TaskControl, data: PackedInput) -> PackedLayout:
     import time
 
     with collections_paused():
@@ -168,6 +185,27 @@ def open_layout_job(control: TaskControl, data: PackedInput) -> PackedLayout:
         packed = PackedLayout.of(result)
         packed.seconds = {"layout": time.perf_counter() - t0}
         return packed
+
+
+def open_place_job(control: TaskControl, path: str, shapes: dict[str, tuple[int, ...]] | None, target: Any
+                   ) -> placement.EditAnalysis:
+    """In the worker process, sent once the editor has read the graph (its first view is being
+    made; earlier, this read of the file took CPU the editor's own read needed: a 10,000-node
+    model's first view came 0.3-0.5 s later): read ``path`` as the editor did and place it on
+    ``target``: the opening analysis, which trusts the loader's inference
+    (``Document.request_analysis(reinfer=False)``). Its version is the editor's to stamp
+    (``Document.adopt_analysis``); statuses that are equal are one object, so they cross as one."""
+    import engine
+
+    with collections_paused():
+        graph = engine.load(path, shapes=shapes or None, check=False)  # the editor's read checked it
+        control.check()
+        outcome = placement.place_graph(graph, target)
+        diagnostics = list(graph.diagnostics)
+        same: dict[placement.NodeStatus, placement.NodeStatus] = {}
+        statuses = {k: same.setdefault(v, v)
+                    for k, v in placement.statuses(graph, outcome, placement.node_errors(diagnostics)).items()}
+        return placement.EditAnalysis(-1, None, diagnostics, outcome, statuses)
 
 
 def _remote_layout(control: TaskControl, remote: WorkerOpen, path: Path) -> LayoutResult | None:
@@ -212,6 +250,9 @@ def _load(control: TaskControl, path: Path, shapes: dict[str, tuple[int, ...]] |
             snapshots.append(take_snapshot(graph))
             remote.layout.args = (PackedInput.of(snapshots[0].data),)
             remote.layout.start()
+            if remote.place is not None and len(graph) >= REMOTE_PLACE_MIN_NODES:  # sent by the document
+                remote.place.args = (str(path), shapes or None, *remote.place.args)
+                remote.placing = True
 
         graph = engine.load(path, shapes=shapes or None, check=remote is None,  # else the worker checks
                             structure=structure if remote is not None else None)
@@ -235,8 +276,9 @@ def _load(control: TaskControl, path: Path, shapes: dict[str, tuple[int, ...]] |
             seconds["worker check"] = remote.check.result
     from engine import editing
 
+    placing = remote.place if remote is not None and remote.placing else None
     return LoadedModel(graph, model_path, sha, project, project_path, snapshot, result,
-                       seconds, base, editing.snapshot_types(graph))
+                       seconds, placing, base, editing.snapshot_types(graph))
 
 
 def layout_job(control: TaskControl, graph: Graph | GraphSnapshot, expanded=(), base: float = 0.0) -> tuple[GraphSnapshot, LayoutResult]:

@@ -33,7 +33,7 @@ from app.canvas.node_item import IOItem, NodeItem
 from app.canvas.scene import GraphScene
 from app.canvas.snapshot import take_snapshot
 from app.canvas.view import GraphView
-from app.document import Document, pending_recoveries
+from app.document import Document, pending_recoveries, resolve_target_or_none
 from app.help import install_help
 from app.panels.diagnostics import DiagnosticsPanel
 from app.panels.inspector import InspectorPanel
@@ -113,6 +113,7 @@ class MainWindow(QMainWindow):
         self._clipboard: list[commands.ClipNode] = []
         self._find_hits: list[NodeItem] = []
         self._find_index = -1
+        self._counts = placement.LegendCounts()
         self.interactive = True  # False: errors go to the status bar and the log, never a modal box
         self.ask_shapes: Callable[[str, list, dict], dict | None] = self._ask_shapes
         self._shape_banner = False  # the banner offers the shape dialog (dynamic inputs, no shapes yet)
@@ -280,9 +281,12 @@ class MainWindow(QMainWindow):
         self._show_progress(0.0, f"opening {path.name}")
         # The worker process lays an .onnx file out while a thread here reads it (app/jobs.py); not
         # while that process is still starting (a model given at start-up): then the thread does.
-        remote = (jobs.WorkerOpen(ProcessTask(jobs.open_check_job, str(path), name="open check").start(),
-                                  ProcessTask(jobs.open_layout_job, name="open layout"))
-                  if path.suffix.lower() == ".onnx" and worker().accepting.is_set() else None)
+        remote = None
+        if path.suffix.lower() == ".onnx" and worker().accepting.is_set():  # a large graph is placed there too
+            on = None if restored else resolve_target_or_none(target if target is not None else self._current_target())
+            remote = jobs.WorkerOpen(ProcessTask(jobs.open_check_job, str(path), name="open check").start(),
+                                     ProcessTask(jobs.open_layout_job, name="open layout"),
+                                     None if on is None else ProcessTask(jobs.open_place_job, on, name="open place"))
         task = Task(jobs.load_job, path, shapes, remote, name="load")
         task.signals.progress.connect(self._show_progress)
         task.signals.finished.connect(lambda loaded: self._on_model_loaded(loaded, target, restored))
@@ -304,6 +308,7 @@ class MainWindow(QMainWindow):
             doc.autosave_delay_ms = self.autosave_delay_ms
         if restored:
             doc.mark_restored()
+        doc.adopt_analysis(loaded.placing)  # the worker's placement of the graph as read (a large one)
         self._install_document(doc, loaded.snapshot, loaded.layout)
         if not restored:
             self._add_recent(loaded.project_path or loaded.model_path)
@@ -328,6 +333,7 @@ class MainWindow(QMainWindow):
         doc.undo_stack.indexChanged.connect(self._on_undo_index_changed)
         doc.graph_edited.connect(self.canvas.minimap.schedule_rebuild)
         self._select_target_box(doc.target_name)
+        self._on_analysis_changed()  # the legend and diagnostics of this document (none yet), not the last one's
         self._set_scene(GraphScene(doc), snapshot, layout)
         self.inspector.set_document(doc)
         self.pass_trace.show_trace([], summary="Run Compile (Ctrl+B) to see what each optimizer pass did.")
@@ -389,7 +395,8 @@ class MainWindow(QMainWindow):
         self._hide_progress()
         if self.doc is not None and self.scene is not None and not self.scene.read_only:
             # Once the first frame is up: its clone of the graph should not add to that frame.
-            self.doc.request_analysis(reinfer=self.doc.is_dirty, delay_ms=FIRST_ANALYSIS_DELAY_MS)
+            if not self.doc.analysis_adopted:  # else the worker placed the graph as read (app/jobs.py)
+                self.doc.request_analysis(reinfer=self.doc.is_dirty, delay_ms=FIRST_ANALYSIS_DELAY_MS)
             settle_heap()
         self._restore_positions()
         self.canvas.minimap.schedule_rebuild()
@@ -442,13 +449,7 @@ class MainWindow(QMainWindow):
             return
         fallback = doc.fallback()
         self.diagnostics.show_diagnostics(doc.all_diagnostics(), fallback if doc.target else None)
-        counts: dict[str, int] = {}
-        for st in doc.statuses.values():
-            counts[st.device] = counts.get(st.device, 0) + 1
-            if st.errors:
-                counts["error"] = counts.get("error", 0) + 1
-        counts["group"] = sum(1 for n in doc.graph.nodes if n.meta.get("provenance") and n.meta["provenance"] != [n.name])
-        self.canvas.legend.set_counts(counts, fallback)
+        self.canvas.legend.set_counts(self._counts.of(doc.statuses, doc.graph), fallback)
         source = "failed" if doc.compile_blocked else doc.placement_source
         self.canvas.legend.set_source(placement.SOURCE_LABELS.get(source, "") if doc.target else "")
         self.canvas.minimap.schedule_rebuild()

@@ -13,12 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app import style
-from engine.diagnostics import WARNING, Diagnostic
+from engine.diagnostics import ERROR, WARNING, Diagnostic
 from engine.ir.graph import Graph
+from nodes.types import TensorType
 
 log = logging.getLogger(__name__)
 
 DEVICES = ("npu", "cpu")
+NODE_ERROR_CODES = {"shape-inference", "undefined-input", "use-def", "unsupported-op"}
 # What the legend calls each placement the canvas can show (Document.placement_source).
 SOURCE_LABELS = {"compiled": "Compiled placement:", "edited": "Edited graph (compiling…):",
                  "failed": "Edited graph (compile failed):"}
@@ -126,3 +128,53 @@ def node_status(node: Any, outcome: PlacementOutcome, errors: dict[str, list[str
 def statuses(graph: Graph, outcome: PlacementOutcome, errors: dict[str, list[str]]) -> dict[str, NodeStatus]:
     """NodeStatus of every node of ``graph``."""
     return {n.name: node_status(n, outcome, errors) for n in graph.nodes}
+
+
+def node_errors(diagnostics: list[Diagnostic]) -> dict[str, list[str]]:
+    """The problems to mark on each node (by name), from verify and inference diagnostics."""
+    errors: dict[str, list[str]] = {}
+    for d in diagnostics:
+        if d.node and (d.code in NODE_ERROR_CODES or d.severity == ERROR):
+            errors.setdefault(d.node, []).append(d.message)
+    return errors
+
+
+@dataclass
+class EditAnalysis:
+    """What the analysis worker found for one version of the graph (names are the keys)."""
+
+    version: int
+    types: dict[str, TensorType] | None  # output types by value name (None: not re-inferred)
+    diagnostics: list[Diagnostic]
+    placement: PlacementOutcome
+    statuses: dict[str, NodeStatus]
+
+    def wire_bulk(self) -> list[list[Any]]:
+        """The long parts a pickle writes ahead in chunks (app/wire.py's ``bulk_of``): the node
+        names and reasons, so that reading the dictionaries is memo look-ups, not one long call."""
+        return [list(self.statuses), list(self.placement.reason.values())]
+
+
+class LegendCounts:
+    """The legend's figures: nodes per device, nodes with problems, fused groups. Counted again
+    only when the statuses or the graph changed (a failed compile republishes the same statuses:
+    counting 50,000 of them again took 25 ms of the GUI thread)."""
+
+    def __init__(self) -> None:
+        self._held: tuple[Any, Any, int, dict[str, int]] | None = None
+
+    def of(self, statuses: dict[str, NodeStatus], graph: Graph) -> dict[str, int]:
+        """The counts of ``statuses`` (a document's) on ``graph`` (its graph)."""
+        if not statuses:  # nothing analysed yet (a document just opened): nothing to count
+            return {}
+        held = self._held
+        if held is not None and held[0] is statuses and held[1] is graph and held[2] == graph.version:
+            return dict(held[3])
+        counts: dict[str, int] = {}
+        for st in statuses.values():
+            counts[st.device] = counts.get(st.device, 0) + 1
+            if st.errors:
+                counts["error"] = counts.get("error", 0) + 1
+        counts["group"] = sum(1 for n in graph.nodes if n.meta.get("provenance") and n.meta["provenance"] != [n.name])
+        self._held = (statuses, graph, graph.version, counts)
+        return dict(counts)

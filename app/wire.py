@@ -34,6 +34,7 @@ from nodes.types import TensorType
 
 PROTOCOL = 5
 CHUNK = 250  # table rows per pickle: reading one holds the GIL for a few milliseconds at most
+FLAT_CHUNK = 4000  # names or numbers per pickle (of names written before: memo references)
 # A writer in the editor's process sleeps this long after each chunk. Without it the GUI thread
 # got the GIL only every other 5 ms switch interval while a graph was written: on
 # light_densenet121 (19 chunks of up to 4 ms) 35-43 ms of GUI work took 103-129 ms wall.
@@ -99,7 +100,7 @@ class _Flat:
                               [None if v is None else vi[id(v)] for v in n.outputs], attrs, n.attr_types,
                               n.doc_string, n.meta, n.activation))
             extra = {k: v for k, v in vars(g).items() if k not in _STRUCT}
-            tables.append((extra, _count_of(g._names), g._taken, [vi[id(v)] for v in g.values.values()],
+            tables.append((extra, _count_of(g._names), list(g._taken), [vi[id(v)] for v in g.values.values()],
                            [vi[id(v)] for v in g.inputs], [vi[id(v)] for v in g.outputs],
                            [(k, vi[id(v)]) for k, v in g.initializers.items()], nodes))
         types: dict[Any, int] = {}
@@ -213,6 +214,7 @@ class Pickler(pickle.Pickler):
         super().__init__(f, protocol=PROTOCOL)
         self._flats: dict[int, _Flat] = {}
         self._states: dict[int, tuple] = {}
+        self._written: dict[int, tuple[list, ...]] = {}  # id of a list written ahead -> its chunks
         self.dispatch_table = copyreg.dispatch_table.copy()
         self.dispatch_table[EventSource] = _fresh_events
 
@@ -233,21 +235,32 @@ class Pickler(pickle.Pickler):
         CHUNK entries each, which the final object then refers to (one memo across pickles)."""
         if type(obj) is Graph and obj.parent is None:
             tables, _types, values = self._state(obj)
-            parts: list[list] = [values, *(t[7] for t in tables)]
+            parts: list[tuple[list, int]] = [(values, CHUNK), *((t[7], CHUNK) for t in tables)]
+            parts += [(t[k], FLAT_CHUNK) for t in tables for k in (2, 3)]  # its names, its values' places
         elif type(obj) is list:
-            parts = [obj]
+            parts = [(obj, CHUNK)]
         else:
             parts = []
-        for part in parts:
-            for k in range(0, len(part), CHUNK):
-                self.dump(part[k:k + CHUNK])
+        for part, size in parts:
+            chunks = tuple(part[k:k + size] for k in range(0, len(part), size))
+            for chunk in chunks:
+                self.dump(chunk)
                 time.sleep(YIELD_S)  # the GUI thread gets the GIL between chunks, not half of it
+            self._written[id(part)] = chunks  # (the memo holds the chunks, and the state the part)
+
+    def _joined(self, part: list) -> Any:
+        """A graph table written ahead, as its chunks (refers to one memo entry per chunk: as the
+        list itself, the last pickle referred to each of its 50,000 rows, one 35 ms call)."""
+        chunks = self._written.get(id(part))
+        return part if chunks is None else _Joined(chunks)
 
     def reducer_override(self, obj: Any) -> Any:
         cls = type(obj)
         if cls is Graph:
             if obj.parent is None:
-                return _rebuild, self._state(obj)
+                tables, types, values = self._state(obj)
+                joined = [(t[0], t[1], self._joined(t[2]), self._joined(t[3]), *t[4:7], self._joined(t[7])) for t in tables]
+                return _rebuild, (joined, types, self._joined(values))
             root = obj.root  # a subgraph: its place in the root's tables
             return _graph_at, (root, self._flat(root).graphs.index(obj))
         if cls is Node and obj.graph is not None:
@@ -265,6 +278,22 @@ class Pickler(pickle.Pickler):
         elif isinstance(obj, OpSpec):  # subclasses too (BinarySpec ...): kernels are closures
             return _spec, (obj.op_type, obj.domain)
         return NotImplemented
+
+
+class _Joined:
+    """A list written ahead in chunks; read back as one list."""
+
+    __slots__ = ("chunks",)
+
+    def __init__(self, chunks: tuple[list, ...]) -> None:
+        self.chunks = chunks
+
+    def __reduce__(self) -> tuple:
+        return _join, (self.chunks,)
+
+
+def _join(chunks: tuple[list, ...]) -> list:
+    return list(itertools.chain.from_iterable(chunks))
 
 
 def _fresh_events(_events: EventSource) -> tuple:
@@ -305,7 +334,11 @@ def loads(data: bytes) -> Any:
 
 
 def bulk_of(obj: Any) -> list[Any]:
-    """The graphs and long lists of a compile result to write ahead (see ``dumps``)."""
+    """The graphs and long lists of a result to write ahead (see ``dumps``): a compile's, or what
+    an object's own ``wire_bulk()`` names."""
+    own = getattr(obj, "wire_bulk", None)
+    if callable(own):
+        return list(own())
     out: list[Any] = []
     for path in ("compile.source", "compile.optimized", "compile.quant.graph", "compile.sim.ops",
                  "compile.sim.events", "compile.sim.placement.facts.order", "optimized"):

@@ -134,3 +134,47 @@ def test_the_event_loop_never_stalls_over_100ms_while_a_12000_node_model_opens_a
             return
     assert min(r[1] for r in runs) < MAX_STALL_MS, f"the GUI thread worked {min(r[1] for r in runs):.0f} ms in one go"
     assert any(w < stall_bound(n) for w, _c, n in runs), f"the event loop stalled {min(r[0] for r in runs):.0f} ms"
+
+
+PLACED_NODES = 3000  # app/jobs.REMOTE_PLACE_MIN_NODES: from this size on the worker places an open
+
+
+def test_a_large_graph_is_placed_in_the_worker_process_with_the_colours_the_editor_would_give(qtbot, tmp_path,
+                                                                                             monkeypatch):
+    """The opening analysis of a large graph runs in the worker process, which reads the file
+    itself: in an editor thread, 50,000 nodes held the GIL 2 s in slices and the job's garbage
+    one 220-390 ms collection (the GUI thread waited for both). No editor thread analyses the
+    graph, and every node gets the status the editor's own analysis gives it."""
+    from app import document, placement
+    from app.worker_process import worker
+    from engine.ir.clone import clone_graph
+    from tests.app._helpers import chain_model, new_window
+
+    ran_here = []
+    real = document._analysis_job
+
+    def counted(control, *args):
+        ran_here.append(args[2])
+        return real(control, *args)
+
+    monkeypatch.setattr(document, "_analysis_job", counted)
+    path = tmp_path / "chain.onnx"
+    onnx.save(chain_model(PLACED_NODES), path)
+    win = new_window(qtbot, tmp_path)
+    wait_for(worker().accepting.is_set, 120, "the worker process")
+    win.analysis.controller.enabled = False  # the compile is not under test
+    try:
+        with qtbot.waitSignal(win.document_shown, timeout=60000):
+            win.open_path(path, target="phone-npu")
+        doc = win.doc
+        wait_for(lambda: doc._place_task is None and not doc._delayed_analysis.isActive() and doc.statuses, 60,
+                 "the opening analysis")
+        assert ran_here == [], "a thread of the editor analysed the graph"
+        assert doc.analysis_adopted
+        graph = clone_graph(doc.graph)
+        outcome = placement.place_graph(graph, doc.target)
+        assert doc.statuses == placement.statuses(graph, outcome, placement.node_errors(doc.graph.diagnostics))
+        assert {st.device for st in doc.statuses.values()} == {"npu"}
+        assert win.canvas.legend.labels["npu"].text().endswith(str(PLACED_NODES))
+    finally:
+        close_window(win)

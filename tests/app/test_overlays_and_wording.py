@@ -104,3 +104,35 @@ def test_bar_labels_stay_inside_a_narrow_latency_chart(qtbot):
     for (text, end_px, edge_px), r in zip(labels.drawn, rows):
         assert end_px <= edge_px + 1, (text, end_px, edge_px)
         assert text.startswith(r.label.split(" ·")[0]), text  # the figure itself is always shown
+
+
+def test_the_legend_of_a_newly_opened_model_never_shows_the_last_models_counts_or_failure(qtbot, tmp_path):
+    """Opening a model right after another one: until the new model's placement lands, the legend
+    showed the last model's counts and its "compile failed" (a 50,000-node model opened after a
+    10,000-node one read "Edited graph (compile failed): NPU 10000")."""
+    import onnx
+
+    from tests.app._helpers import chain_model, close_window, new_window
+
+    first, second = tmp_path / "first.onnx", tmp_path / "second.onnx"
+    onnx.save(chain_model(40), first)
+    onnx.save(chain_model(25), second)
+    win = new_window(qtbot, tmp_path)
+    win.analysis.controller.enabled = False
+    try:
+        with qtbot.waitSignal(win.document_shown, timeout=20000):
+            win.open_path(first, target="phone-npu")
+        win.doc.wait_for_placement()
+        win.doc.compile_failed("the compile failed")
+        legend = win.canvas.legend
+        assert legend.labels["npu"].text() == "NPU 40" and "failed" in legend.source.text()
+        seen = []
+        win.canvas_shown.connect(lambda: seen.append((legend.source.text(), legend.labels["npu"].text())))
+        with qtbot.waitSignal(win.document_shown, timeout=20000):
+            win.open_path(second, target="phone-npu")
+        assert seen and "failed" not in seen[0][0] and "40" not in seen[0][1]
+        win.doc.wait_for_placement()
+        wait_for(lambda: any(label.text().endswith(" 25") for label in legend.labels.values()), 10,
+                 "the second model's counts in the legend")
+    finally:
+        close_window(win)
