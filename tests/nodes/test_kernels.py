@@ -45,6 +45,8 @@ _DIRECT = [
     ((1, 5, 6, 20), 5, 4, (1, 7), {"strides": [3, 3], "pads": [0, 3, 0, 3]}),
     # odd sizes, uneven pads and a dilated strided tap: every stride phase edge case
     ((1, 3, 13, 11), 3, 1, (3, 3), {"strides": [2, 2], "pads": [0, 1, 1, 0], "dilations": [1, 2]}),
+    # stride 3 down the rows from an odd top pad: the row phases wrap by counting (_phase_fill)
+    ((1, 3, 14, 10), 3, 1, (3, 3), {"strides": [3, 1], "pads": [2, 1, 1, 1]}),
     # planes larger than one band of the kernel (PHASE_BAND output positions), at stride 1 and 2
     ((1, 3, 100, 90), 3, 1, (5, 5), {"pads": [2, 2, 2, 2]}),
     ((1, 2, 131, 120), 2, 1, (7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}),
