@@ -13,6 +13,12 @@ from numba import njit
 
 _FAST = {"contract", "nsz"}
 
+# _IN_PLACE: A one-pass kernel ``f(x, out)`` that may be called with ``out`` the very array ``x`` runs a
+# loop of its own for that case, reading and writing ``x`` only: with two names for one buffer,
+# LLVM's run-time overlap check fails and the whole pass runs scalar. Measured on 401,408
+# float32 in place (one process, best of 60): HardSwish 233 -> 38 us, Clip 465 -> 58,
+# HardSigmoid 275 -> 48, Relu 113 -> 31 (into a new buffer all take ~100 us).
+
 
 @njit(cache=True, nogil=True, inline="always", fastmath=_FAST)
 def poly12(c, s):  # pragma: no cover - compiled
@@ -72,17 +78,23 @@ def erf_flat(x, out, near, far):  # pragma: no cover - compiled
         out[i] = e
 
 
+@njit(cache=True, nogil=True, inline="always", fastmath=_FAST)
+def _hard_swish1(v, sixth, half, zero, one):  # pragma: no cover - compiled
+    t = v * sixth + half
+    return v * min(max(t, zero), one)
+
+
 @njit(cache=True, nogil=True, fastmath=_FAST)
 def hard_swish_flat(x, out):  # pragma: no cover - compiled
-    one = x.dtype.type(1.0)
-    zero = x.dtype.type(0.0)
-    sixth = x.dtype.type(1.0 / 6.0)
-    half = x.dtype.type(0.5)
-    for i in range(x.size):
-        v = x[i]
-        t = v * sixth + half
-        t = min(max(t, zero), one)
-        out[i] = v * t
+    # (in place: see _IN_PLACE)
+    sixth, half = x.dtype.type(1.0 / 6.0), x.dtype.type(0.5)
+    zero, one = x.dtype.type(0.0), x.dtype.type(1.0)
+    if x.ctypes.data == out.ctypes.data:
+        for i in range(x.size):
+            x[i] = _hard_swish1(x[i], sixth, half, zero, one)
+    else:
+        for i in range(x.size):
+            out[i] = _hard_swish1(x[i], sixth, half, zero, one)
 
 
 @njit(cache=True, nogil=True, inline="always", fastmath=_FAST)
@@ -141,7 +153,7 @@ def _phase_fill(src, xs, pt, pl, sy, sx, hq, wq):  # pragma: no cover - compiled
     # padding for every channel). Negative pads crop.
     # The phase row and plane of padded row r + pt advance by counting, not by a division per
     # row: a 64-bit division with Python's floor semantics cost about as much as copying the
-    # row (256 channels of 14 x 14: the whole fill 98 -> 2x us).
+    # row (256 channels of 14 x 14: the whole fill 98 -> 21.5 us).
     h, wd = src.shape
     r0, r1 = max(0, -pt), min(h, hq * sy - pt)
     c0, c1 = max(0, -pl), min(wd, wq * sx - pl)
@@ -196,36 +208,62 @@ def _clip1(v, lo, hi):  # pragma: no cover - compiled
 
 @njit(cache=True, nogil=True)
 def clip_flat(x, out, lo, hi):  # pragma: no cover - compiled
-    for i in range(x.size):
-        out[i] = _clip1(x[i], lo, hi)
+    # (in place: see _IN_PLACE)
+    if x.ctypes.data == out.ctypes.data:
+        for i in range(x.size):
+            x[i] = _clip1(x[i], lo, hi)
+    else:
+        for i in range(x.size):
+            out[i] = _clip1(x[i], lo, hi)
 
 
 @njit(cache=True, nogil=True)
 def hard_sigmoid_flat(x, out, alpha, beta):  # pragma: no cover - compiled
     # clip(x * alpha + beta, 0, 1), the product and the sum each rounded (no contraction)
+    # (in place: see _IN_PLACE)
     zero, one = x.dtype.type(0.0), x.dtype.type(1.0)
-    for i in range(x.size):
-        v = x[i] * alpha
-        out[i] = _clip1(v + beta, zero, one)
+    if x.ctypes.data == out.ctypes.data:
+        for i in range(x.size):
+            x[i] = _clip1(x[i] * alpha + beta, zero, one)
+    else:
+        for i in range(x.size):
+            out[i] = _clip1(x[i] * alpha + beta, zero, one)
 
 
 @njit(cache=True, nogil=True)
 def relu_flat(x, out):  # pragma: no cover - compiled
     # max(x, 0) as np.maximum gives it: NaN stays NaN, -0 becomes +0
+    # (in place: see _IN_PLACE)
     zero = x.dtype.type(0.0)
-    for i in range(x.size):
-        v = x[i]
-        out[i] = v if v > zero else (v if v != v else zero)
+    if x.ctypes.data == out.ctypes.data:
+        for i in range(x.size):
+            x[i] = _relu1(x[i], zero)
+    else:
+        for i in range(x.size):
+            out[i] = _relu1(x[i], zero)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _relu1(v, zero):  # pragma: no cover - compiled
+    # np.maximum(v, 0): NaN stays NaN, -0 becomes +0
+    return v if v > zero else (v if v != v else zero)
 
 
 @njit(cache=True, nogil=True)
 def add_relu_flat(a, b, out):  # pragma: no cover - compiled
     # max(a + b, 0): the sum rounded in the inputs' type, then relu_flat's max (NaN stays NaN,
     # -0 becomes +0); out may be a or b
+    # (into a or b: see _IN_PLACE)
     zero = a.dtype.type(0.0)
-    for i in range(a.size):
-        v = a[i] + b[i]
-        out[i] = v if v > zero else (v if v != v else zero)
+    if out.ctypes.data == a.ctypes.data:
+        for i in range(a.size):
+            a[i] = _relu1(a[i] + b[i], zero)
+    elif out.ctypes.data == b.ctypes.data:
+        for i in range(a.size):
+            b[i] = _relu1(a[i] + b[i], zero)
+    else:
+        for i in range(a.size):
+            out[i] = _relu1(a[i] + b[i], zero)
 
 
 @njit(cache=True, nogil=True)

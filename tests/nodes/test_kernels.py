@@ -23,6 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 import engine
 from nodes.conv import DIRECT_GROUP_WIDTH, SHIFTED_MAX_OUT, SHIFTED_MIN_RATIO
 from nodes.kernels import (
+    add_relu_,
     clip_,
     erf32_,
     gelu32_,
@@ -131,6 +132,28 @@ def test_relu_clip_and_hard_sigmoid_give_numpys_values_bit_for_bit(dtype):
     z = x.copy()
     assert relu_(z, out=z) is z
     _same_bits(z, np.maximum(x, dtype(0)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_one_pass_kernels_in_place_give_the_bits_of_a_new_buffer(dtype):
+    # in place, the kernels run a loop of their own (nodes._kernels_jit._IN_PLACE): the same values
+    x = _special(dtype)
+    x = np.concatenate([x, np.linspace(-8, 8, 4097, dtype=dtype)])  # 4K: the vectorized body runs, not only its tail
+    other = x[::-1].copy()
+    passes = [lambda a, out: relu_(a, out=out), lambda a, out: clip_(a, 0, 6, out=out),
+              lambda a, out: clip_(a, -0.0, 0.0, out=out), lambda a, out: hard_sigmoid_(a, 0.2, 0.5, out=out),
+              lambda a, out: hard_swish_(a, out=out)]
+    for f in passes:
+        want = f(x, None)
+        buf = x.copy()
+        assert f(buf, buf) is buf
+        _same_bits(buf, want)
+    want = add_relu_(x, other)
+    for into in (0, 1):
+        a, b = x.copy(), other.copy()
+        out = (a, b)[into]
+        assert add_relu_(a, b, out=out) is out
+        _same_bits(out, want)
 
 
 @pytest.mark.parametrize(("op", "fn"), [("Mul", np.multiply), ("Add", np.add), ("Sub", np.subtract), ("Div", np.divide)])
