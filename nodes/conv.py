@@ -275,13 +275,15 @@ IM2COL_CHUNK_BYTES = 32 << 20
 """Largest im2col buffer built at once; bigger convolutions are computed in bands of output rows."""
 
 IM2COL_BAND_BYTES = 1 << 20
-IM2COL_BAND_WEIGHTS = 256 << 10
-"""A convolution whose weights fit IM2COL_BAND_WEIGHTS (in cache beside a band) and whose
-columns pass 2 x IM2COL_BAND_BYTES is computed in bands of output rows of about
-IM2COL_BAND_BYTES, so each band's columns are written and multiplied while in cache (measured,
-BLAS 1 thread: a 96-channel 80x80 3x3 conv to 24 channels 10.5 -> 6.6 ms, 64ch 56x56 5.6 ->
-4.0, 24ch 160x160 2x2 4.5 -> 2.8; one 22 MB buffer streamed through memory twice). Larger
-weights would be streamed again for every band (VGG's 512-channel layers slowed down)."""
+IM2COL_BAND_WEIGHTS = 4 << 20
+"""A convolution whose weights fit IM2COL_BAND_WEIGHTS and whose columns pass 2 x
+IM2COL_BAND_BYTES is computed in bands of output rows of about IM2COL_BAND_BYTES, so each band's
+columns are written and multiplied while in cache (measured, BLAS 1 thread: a 96-channel 80x80
+3x3 conv to 24 channels 10.5 -> 6.6 ms, 64ch 56x56 5.6 -> 4.0, 24ch 160x160 2x2 4.5 -> 2.8; one
+22 MB buffer streamed through memory twice). The weights need not fit in L2: OpenBLAS packs
+them in panels anyway (limit 256 KB -> 4 MB, side by side: 96ch 52x52 4.7 -> 4.4 ms, 128ch
+56x56 11.4 -> 9.0, 128ch 112x112 46 -> 38, 64 -> 128ch 112x112 26.5 -> 19.7, 256ch 56x56 36.7 ->
+31.7). 512 -> 512 channels (9 MB of weights) was 8% slower in bands, hence the limit."""
 
 IM2COL_FEW_FILTERS = 32
 IM2COL_FEW_BAND_BYTES = 128 << 10
