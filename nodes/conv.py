@@ -275,15 +275,19 @@ IM2COL_CHUNK_BYTES = 32 << 20
 """Largest im2col buffer built at once; bigger convolutions are computed in bands of output rows."""
 
 IM2COL_BAND_BYTES = 1 << 20
-IM2COL_BAND_WEIGHTS = 4 << 20
+IM2COL_BAND_WEIGHTS = 256 << 10
+IM2COL_BAND_BIG_WEIGHTS = 4 << 20
+IM2COL_BAND_BIG_COLS = 6 << 20
 """A convolution whose weights fit IM2COL_BAND_WEIGHTS and whose columns pass 2 x
 IM2COL_BAND_BYTES is computed in bands of output rows of about IM2COL_BAND_BYTES, so each band's
 columns are written and multiplied while in cache (measured, BLAS 1 thread: a 96-channel 80x80
 3x3 conv to 24 channels 10.5 -> 6.6 ms, 64ch 56x56 5.6 -> 4.0, 24ch 160x160 2x2 4.5 -> 2.8; one
-22 MB buffer streamed through memory twice). The weights need not fit in L2: OpenBLAS packs
-them in panels anyway (limit 256 KB -> 4 MB, side by side: 96ch 52x52 4.7 -> 4.4 ms, 128ch
-56x56 11.4 -> 9.0, 128ch 112x112 46 -> 38, 64 -> 128ch 112x112 26.5 -> 19.7, 256ch 56x56 36.7 ->
-31.7). 512 -> 512 channels (9 MB of weights) was 8% slower in bands, hence the limit."""
+22 MB buffer streamed through memory twice). Weights up to IM2COL_BAND_BIG_WEIGHTS band too
+once the columns pass IM2COL_BAND_BIG_COLS (OpenBLAS packs the weights in panels anyway; side
+by side, banded vs not: 128ch 56x56 11.5 -> 9.6 ms, 128ch 112x112 46 -> 38, 64 -> 128ch
+112x112 26.5 -> 19.7, 256ch 56x56 38.7 -> 32.7, 160ch 40x40 7.4 -> 6.7, 256ch 28x28 8.3 -> 7.9;
+but 3.5-4.5 MB of columns were 4-7% slower in bands: 128ch 28x28, 192ch 26x26). 512 -> 512
+channels (9 MB of weights) was 8% slower in bands, hence the limit."""
 
 IM2COL_FEW_FILTERS = 32
 IM2COL_FEW_BAND_BYTES = 128 << 10
@@ -405,8 +409,10 @@ def conv_nd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequenc
         row_cols = p // out[0]
         row_bytes = n_batch * c_in * ktot * row_cols * x.itemsize
         band_bytes = IM2COL_FEW_BAND_BYTES if mg <= IM2COL_FEW_FILTERS else IM2COL_BAND_BYTES
-        banded = row_bytes * out[0] > 2 * band_bytes and wk.nbytes <= IM2COL_BAND_WEIGHTS
-        if row_bytes * out[0] <= IM2COL_CHUNK_BYTES and not banded:
+        cols_bytes = row_bytes * out[0]
+        banded = cols_bytes > 2 * band_bytes and (wk.nbytes <= IM2COL_BAND_WEIGHTS or (
+            wk.nbytes <= IM2COL_BAND_BIG_WEIGHTS and cols_bytes > IM2COL_BAND_BIG_COLS))
+        if cols_bytes <= IM2COL_CHUNK_BYTES and not banded:
             y = _im2col_matmul(view, wk, n_batch, group, cg * ktot)
         else:  # bounded workspace: im2col a band of output rows at a time
             rows = max(1, (band_bytes if banded else IM2COL_CHUNK_BYTES) // max(row_bytes, 1))
