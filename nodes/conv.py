@@ -276,12 +276,27 @@ IM2COL_CHUNK_BYTES = 32 << 20
 
 IM2COL_BAND_BYTES = 1 << 20
 IM2COL_BAND_WEIGHTS = 256 << 10
-"""A convolution whose weights fit IM2COL_BAND_WEIGHTS (in cache beside a band) and whose
-columns pass 2 x IM2COL_BAND_BYTES is computed in bands of output rows of about
-IM2COL_BAND_BYTES, so each band's columns are written and multiplied while in cache (measured,
-BLAS 1 thread: a 96-channel 80x80 3x3 conv to 24 channels 10.5 -> 6.6 ms, 64ch 56x56 5.6 ->
-4.0, 24ch 160x160 2x2 4.5 -> 2.8; one 22 MB buffer streamed through memory twice). Larger
-weights would be streamed again for every band (VGG's 512-channel layers slowed down)."""
+IM2COL_BAND_BIG_WEIGHTS = 4 << 20
+IM2COL_BAND_BIG_COLS = 6 << 20
+"""A convolution whose weights fit IM2COL_BAND_WEIGHTS and whose columns pass 2 x
+IM2COL_BAND_BYTES is computed in bands of output rows of about IM2COL_BAND_BYTES, so each band's
+columns are written and multiplied while in cache (measured, BLAS 1 thread: a 96-channel 80x80
+3x3 conv to 24 channels 10.5 -> 6.6 ms, 64ch 56x56 5.6 -> 4.0, 24ch 160x160 2x2 4.5 -> 2.8; one
+22 MB buffer streamed through memory twice). Weights up to IM2COL_BAND_BIG_WEIGHTS band too
+once the columns pass IM2COL_BAND_BIG_COLS (OpenBLAS packs the weights in panels anyway; side
+by side, banded vs not: 128ch 56x56 11.5 -> 9.6 ms, 128ch 112x112 46 -> 38, 64 -> 128ch
+112x112 26.5 -> 19.7, 256ch 56x56 38.7 -> 32.7, 160ch 40x40 7.4 -> 6.7, 256ch 28x28 8.3 -> 7.9;
+but 3.5-4.5 MB of columns were 4-7% slower in bands: 128ch 28x28, 192ch 26x26). 512 -> 512
+channels (9 MB of weights) was 8% slower in bands, hence the limit."""
+
+IM2COL_FEW_FILTERS = 32
+IM2COL_FEW_BAND_BYTES = 128 << 10
+IM2COL_BAND_MIN_COLS = 256
+"""With at most IM2COL_FEW_FILTERS filters (per group) the GEMM does few multiplies per column
+loaded, so it pays to read its columns from L2: bands of about IM2COL_FEW_BAND_BYTES, but at
+least IM2COL_BAND_MIN_COLS output pixels (narrower GEMMs take OpenBLAS's small-matrix kernels,
+whose sums are ordered differently). Each band is copied into one buffer reused for every band
+and multiplied straight into the output (no per-band result to copy)."""
 
 
 def conv_gemm(ctx: NodeContext, x_index: int = 0, w_index: int = 1, transposed: bool = False) -> list[Gemm] | None:
@@ -306,6 +321,28 @@ def _im2col_matmul(view: np.ndarray, wk: np.ndarray, n_batch: int, group: int, r
     """Copy a (N, C, *k, *out) window view into columns and multiply by the weights."""
     cols = view.reshape(n_batch, group, rows, -1)
     return np.matmul(wk, cols[:, 0]) if group == 1 else np.matmul(wk, cols)
+
+
+def _im2col_bands(view: np.ndarray, wk: np.ndarray, y: np.ndarray, rows: int, n_spatial: int) -> None:
+    """im2col ``rows`` output rows of a (N, C, *k, *out) window view at a time into one reused
+    buffer, each band multiplied by the weights straight into its columns of ``y`` (N, group,
+    M/group, pixels)."""
+    n_batch, group = y.shape[:2]
+    axis = 2 + n_spatial
+    k_rows = wk.shape[-1]
+    full = view[(slice(None),) * axis + (slice(0, rows),)].shape
+    buf = np.empty(prod(full), dtype=y.dtype)
+    row_cols = y.shape[-1] // view.shape[axis]
+    for r0 in range(0, view.shape[axis], rows):
+        band = view[(slice(None),) * axis + (slice(r0, r0 + rows),)]
+        cols = buf[:band.size].reshape(band.shape)
+        np.copyto(cols, band)
+        cols = cols.reshape(n_batch, group, k_rows, -1)
+        dst = y[..., r0 * row_cols:r0 * row_cols + cols.shape[-1]]
+        if group == 1:
+            np.matmul(wk, cols[:, 0], out=dst[:, 0])
+        else:
+            np.matmul(wk, cols, out=dst)
 
 
 SHIFTED_MIN_RATIO = 2
@@ -369,18 +406,20 @@ def conv_nd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequenc
     else:
         view = window_view(xp, kernel, out, strides, dils)
         wk = w.reshape(m, cg * ktot) if group == 1 else w.reshape(group, mg, cg * ktot)
-        row_bytes = n_batch * c_in * ktot * (p // out[0]) * x.itemsize
-        banded = row_bytes * out[0] > 2 * IM2COL_BAND_BYTES and wk.nbytes <= IM2COL_BAND_WEIGHTS
-        if row_bytes * out[0] <= IM2COL_CHUNK_BYTES and not banded:
+        row_cols = p // out[0]
+        row_bytes = n_batch * c_in * ktot * row_cols * x.itemsize
+        band_bytes = IM2COL_FEW_BAND_BYTES if mg <= IM2COL_FEW_FILTERS else IM2COL_BAND_BYTES
+        cols_bytes = row_bytes * out[0]
+        banded = cols_bytes > 2 * band_bytes and (wk.nbytes <= IM2COL_BAND_WEIGHTS or (
+            wk.nbytes <= IM2COL_BAND_BIG_WEIGHTS and cols_bytes > IM2COL_BAND_BIG_COLS))
+        if cols_bytes <= IM2COL_CHUNK_BYTES and not banded:
             y = _im2col_matmul(view, wk, n_batch, group, cg * ktot)
         else:  # bounded workspace: im2col a band of output rows at a time
-            rows = max(1, (IM2COL_BAND_BYTES if banded else IM2COL_CHUNK_BYTES) // max(row_bytes, 1))
+            rows = max(1, (band_bytes if banded else IM2COL_CHUNK_BYTES) // max(row_bytes, 1))
+            if banded:
+                rows = max(rows, -(-IM2COL_BAND_MIN_COLS // row_cols))
             y = np.empty((n_batch, m, *out), dtype=cdt)
-            axis = 2 + len(kernel)
-            for r0 in range(0, out[0], rows):
-                band = view[(slice(None),) * axis + (slice(r0, r0 + rows),)]
-                yb = _im2col_matmul(band, wk, n_batch, group, cg * ktot)
-                y[:, :, r0:r0 + rows] = yb.reshape(n_batch, m, -1, *out[1:])
+            _im2col_bands(view, wk, y.reshape(n_batch, group, mg, p), rows, len(kernel))
     y = y.reshape(n_batch, m, *out)
     if b is not None:
         add_bias(y, b.astype(cdt, copy=False))

@@ -169,3 +169,32 @@ def test_deformconv_with_zero_offsets_is_conv_and_col2im_inverts_im2col():
     assert g.outputs[0].type.shape == (1, 1, 4, 4)
     y = engine.execute(g, {"c": cols})["y"][0, 0]
     np.testing.assert_array_equal(y, np.outer([1, 2, 2, 1], [1, 2, 2, 1]))
+
+
+@pytest.mark.parametrize(("x_shape", "w_shape", "strides", "pads", "dils", "group"), [
+    ((2, 3, 13, 13), (8, 3, 3, 3), [2, 2], [1, 1, 1, 0], [1, 1], 1),  # first layer: 3 channels, stride 2
+    ((1, 8, 11, 9), (12, 4, 3, 2), [1, 1], [2, 0, 2, 1], [2, 1], 2),  # grouped, dilated
+    ((1, 6, 9, 9), (40, 6, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 1),  # more than IM2COL_FEW_FILTERS filters
+    ((2, 2, 7, 4, 6), (3, 2, 2, 3, 2), [1, 2, 1], [0, 1, 0, 1, 0, 1], [1, 1, 1], 1),  # 3-D
+])
+def test_banded_im2col_matches_direct_convolution(monkeypatch, x_shape, w_shape, strides, pads, dils, group):
+    """The banded im2col (a band of output rows at a time in one reused buffer, each band's GEMM
+    written straight into the output) gives the direct convolution's values, last short band included."""
+    import nodes.conv as conv
+
+    calls = []
+    bands = conv._im2col_bands
+    monkeypatch.setattr(conv, "_im2col_bands", lambda *a: calls.append(a[3]) or bands(*a))
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    b = rng.standard_normal(w_shape[0]).astype(np.float32)
+    n = len(strides)
+    ref = naive_conv(x, w, b, strides, pads, dils, group)
+    row_bytes = x_shape[0] * x_shape[1] * int(np.prod(w_shape[2:])) * int(np.prod(ref.shape[3:])) * 4
+    monkeypatch.setattr(conv, "IM2COL_FEW_BAND_BYTES", 2 * row_bytes)  # bands of two output rows
+    monkeypatch.setattr(conv, "IM2COL_BAND_BYTES", 2 * row_bytes)
+    monkeypatch.setattr(conv, "IM2COL_BAND_MIN_COLS", 1)
+    y = conv.conv_nd(x, w, b, strides, dils, pads[:n], pads[n:], group)
+    assert calls == [2] and y.shape[2] % 2 == 1  # banded, the last band shorter
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
