@@ -309,8 +309,16 @@ class GlobalAveragePoolSpec(_GlobalPool):
 
     def reference(self, ctx: RunContext, x: np.ndarray) -> np.ndarray:
         """Mean over the axes after the channel axis."""
+        # the two ufunc calls ndarray.mean makes (sum in the accumulator dtype, then an in-place
+        # divide by the count as np.intp), without its Python wrapper: same bits, ~1-2 us less
+        # per call, which is most of a small pool's fixed cost
         axes = tuple(range(2, x.ndim))
-        return x.mean(axis=axes, keepdims=True, dtype=_acc_dtype(x.dtype)).astype(x.dtype, copy=False)
+        s = np.add.reduce(x, axis=axes, dtype=_acc_dtype(x.dtype), keepdims=True)
+        count = np.intp(prod(x.shape[2:]))
+        if count == 0:
+            return x.mean(axis=axes, keepdims=True, dtype=_acc_dtype(x.dtype)).astype(x.dtype, copy=False)
+        np.true_divide(s, count, out=s, casting="unsafe")
+        return s.astype(x.dtype, copy=False)
 
 
 @register("GlobalMaxPool", since=1)

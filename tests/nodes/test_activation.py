@@ -92,3 +92,20 @@ def test_relu_on_integers_and_prelu_channel_slope():
 def test_bad_gelu_mode_raises():
     with pytest.raises((OpError, engine.ExecutionError), match="approximate"):
         _run("Gelu", np.zeros(2, np.float32), opset=20, approximate="fast")
+
+
+@pytest.mark.parametrize("opset", [11, 13])
+def test_softmax_keeps_ndarray_reduction_bits(opset):
+    # Softmax reduces with np.maximum/np.add.reduce directly (what ndarray.max/sum call): same bits
+    # as the method spelling, on a classifier head (1, 2) and on wider rows in both axis conventions
+    rng = np.random.default_rng(3)
+    for shape in [(1, 2), (4, 1000), (2, 3, 40)]:
+        for dtype in (np.float32, np.float64):
+            x = (rng.standard_normal(shape) * 8).astype(dtype)
+            y = _run("Softmax", x, opset=opset)
+            x2 = x.reshape(shape[0], -1) if opset < 13 else x
+            e = x2 - x2.max(axis=-1, keepdims=True)
+            np.exp(e, out=e)
+            e /= e.sum(axis=-1, keepdims=True)
+            assert y.dtype == dtype
+            assert np.array_equal(y.view(np.uint8), e.reshape(shape).view(np.uint8)), (shape, dtype)

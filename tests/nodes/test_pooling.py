@@ -174,3 +174,19 @@ def test_pools_without_a_padded_copy_give_the_padded_forms_values_bit_for_bit(op
         np.testing.assert_array_equal(direct, padded)
         np.testing.assert_array_equal(np.signbit(direct), np.signbit(padded))
         assert np.isnan(direct).any()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_global_average_pool_keeps_ndarray_mean_bits(dtype):
+    # GlobalAveragePool calls the sum and divide ufuncs that ndarray.mean makes itself (no Python
+    # wrapper): the bits must stay those of mean() in the accumulator dtype, row lengths below,
+    # at and above numpy's pairwise-summation block included
+    rng = np.random.default_rng(7)
+    for shape in [(1, 8, 12, 96), (1, 200, 1, 1), (2, 3, 5), (1, 4, 3, 3, 3), (1, 16, 8, 16), (3, 7, 129)]:
+        x = (rng.standard_normal(shape) * 50).astype(dtype)
+        y = engine.execute(_pool("GlobalAveragePool", shape, dtype=helper.np_dtype_to_tensor_dtype(x.dtype)),
+                           {"x": x})["y"]
+        acc = np.float64 if dtype == np.float64 else np.float32
+        want = x.mean(axis=tuple(range(2, x.ndim)), keepdims=True, dtype=acc).astype(dtype)
+        assert y.dtype == want.dtype and y.shape == want.shape
+        assert np.array_equal(y.view(np.uint8), want.view(np.uint8)), shape
