@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from nodes import direct_conv
 from nodes._util import prod, static_dims
-from nodes.kernels import conv2d_phases, conv2d_shifted, per_channel_, shifted_weights
+from nodes.kernels import conv2d_phases, conv2d_shifted, per_channel_, relu_, shifted_weights
 from nodes.registry import register
 from nodes.rules import WINDOW_RULES
 from nodes.spec import (
@@ -356,11 +357,33 @@ and at stride 2 (48 -> 24 on 160x160: 4.9 -> 5.3); even with 64 outputs (128 -> 
 SHIFTED_MAX_OUT = 32
 
 
+RELU_EPILOGUE = "relu_epilogue"
+"""Key of a Conv step's cache set by the fused plan (engine/sim/plan_fusion.py) when the Relu
+after it runs inside the Conv: the direct kernel applies it as it stores each output."""
+
+DIRECT_MIN_GROUP_OUT = 8
+"""Float32 2-D convolutions with a kernel larger than 1x1 (dense, or grouped with at least this
+many output channels per group; smaller groups run conv2d_phases) run the direct SIMD kernel
+(nodes.direct_conv) where this build and CPU have it; 1x1 convolutions stay one GEMM."""
+
+
 def conv_nd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequence[int],
             dils: Sequence[int], pb: Sequence[int], pe: Sequence[int], group: int,
-            cache: dict | None = None) -> np.ndarray:
+            cache: dict | None = None, relu: bool = False) -> np.ndarray:
     """N-D grouped convolution of NC... ``x`` with (M, C/group, *k) ``w``; returns compute dtype.
-    ``cache`` (a kernel's per-node cache) keeps weights prepared for the shifted form."""
+    ``cache`` (a kernel's per-node cache) keeps weights prepared for the shifted form. ``relu``:
+    the result is max(y, 0) (the direct kernel applies it as it stores each output; the other
+    paths in one pass afterwards): a fused plan's Conv -> Relu."""
+    y, done = _conv_nd(x, w, b, strides, dils, pb, pe, group, cache, relu)
+    if relu and not done:
+        y = relu_(y, out=y) if y.flags.c_contiguous else np.maximum(y, 0, out=y)
+    return y
+
+
+def _conv_nd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequence[int],
+             dils: Sequence[int], pb: Sequence[int], pe: Sequence[int], group: int,
+             cache: dict | None, relu: bool) -> tuple[np.ndarray, bool]:
+    """conv_nd's result, and whether the Relu asked for is already applied."""
     cdt = compute_dtype(x.dtype)
     x = x.astype(cdt, copy=False)
     w = w.astype(cdt, copy=False)
@@ -383,10 +406,18 @@ def conv_nd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequenc
         y = np.zeros((n_batch, m, *out), dtype=cdt)
         if b is not None:
             y += b.astype(cdt, copy=False).reshape((1, m) + (1,) * len(out))
-        return y
+        return y, False
     ktot = prod(kernel)
     if group > 1 and ktot > 1 and len(kernel) == 2 and cg * mg <= DIRECT_GROUP_WIDTH:
-        return conv2d_phases(x, w, b, strides, dils, (*pb, *pe), out)
+        return conv2d_phases(x, w, b, strides, dils, (*pb, *pe), out), False
+    if (ktot > 1 and len(kernel) == 2 and cdt == np.float32 and (group == 1 or mg >= DIRECT_MIN_GROUP_OUT)
+            and direct_conv.lanes()):
+        prep = cache.get("direct") if cache is not None else None
+        if prep is None or prep[0] is not w or prep[1] != group:
+            prep = (w, group, direct_conv.pack(w, group))
+            if cache is not None:
+                cache["direct"] = prep
+        return direct_conv.conv2d(pad_spatial(x, pb, pe), prep[2], m, b, strides, dils, out, relu), True
     if (group == 1 and ktot > 1 and len(kernel) == 2 and tuple(strides) == (1, 1) and m <= SHIFTED_MAX_OUT
             and c_in >= SHIFTED_MIN_RATIO * m):
         prep = cache.get("shifted") if cache is not None else None
@@ -394,7 +425,7 @@ def conv_nd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequenc
             prep = (w, tuple(dils), shifted_weights(w, strides, dils))
             if cache is not None:
                 cache["shifted"] = prep
-        return conv2d_shifted(x, prep[2], b, strides, (*pb, *pe), out)
+        return conv2d_shifted(x, prep[2], b, strides, (*pb, *pe), out), False
     xp = pad_spatial(x, pb, pe)
     if ktot == 1:
         xs = tap_view(xp, [0] * len(kernel), out, strides, dils)
@@ -423,7 +454,7 @@ def conv_nd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequenc
     y = y.reshape(n_batch, m, *out)
     if b is not None:
         add_bias(y, b.astype(cdt, copy=False))
-    return y
+    return y, False
 
 
 BIAS_ROW_MAX = 4096
@@ -479,13 +510,15 @@ class ConvSpec(OpSpec):
         fast = ctx.cache.get("pointwise")
         if fast is not None and fast[0] is w and fast[1] is b and fast[2] == x.shape and fast[3] == x.dtype:
             y = np.matmul(fast[4], x.reshape(fast[5])).reshape(fast[7])
-            return y if fast[6] is None else add_bias(y, fast[6])
+            y = y if fast[6] is None else add_bias(y, fast[6])
+            return relu_(y, out=y) if ctx.cache.get(RELU_EPILOGUE, False) else y
         key = (x.shape, w.shape)
         geom = ctx.cache.get(key)
         if geom is None:
             geom = ctx.cache[key] = (*conv_geometry(ctx.attrs, x.shape, w.shape), int(ctx.attrs["group"]))
         strides, dils, pb, pe, group = geom
-        y = conv_nd(x, w, b, strides, dils, pb, pe, group, ctx.cache).astype(x.dtype, copy=False)
+        relu = ctx.cache.get(RELU_EPILOGUE, False)
+        y = conv_nd(x, w, b, strides, dils, pb, pe, group, ctx.cache, relu).astype(x.dtype, copy=False)
         if (group == 1 and x.shape[0] == 1 and x.ndim >= 3 and x.dtype in (np.float32, np.float64)
                 and w.dtype == x.dtype and (b is None or b.dtype == x.dtype) and w.shape[2:] == (1,) * (x.ndim - 2)
                 and not any(pb) and not any(pe) and all(s == 1 for s in strides)):

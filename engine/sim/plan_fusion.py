@@ -24,6 +24,9 @@ folded on the first run):
   whose consumers all chain per channel: the normalization and the chain in one pass that
   reads the input and writes the output (NormChain; DenseNet's 63 BN, Mul, Add, Relu: 97 ->
   91 ms, BLAS 1 thread), the same operations in the same order (same numbers).
+- A Relu right after a Conv (its only reader, or the first post-op left after the above): the
+  Conv applies it (nodes.conv.RELU_EPILOGUE; the direct kernel as it stores each output, no
+  pass of its own), the values np.maximum gives.
 - A residual Add or Sum of two values whose only reader is a ReLU: the sum and the ReLU in
   one compiled pass (AddRelu; ResNet-50's 16 Sum, Relu pairs), the same roundings.
 - A dynamically quantized conv's tail, ConvInteger -> Add(int32 bias) -> Cast(float) -> Mul(scale):
@@ -53,6 +56,7 @@ import numpy as np
 
 from engine.passes.fuse_bn import bn_affine
 from nodes import registry
+from nodes.conv import RELU_EPILOGUE
 from nodes.kernels import CHANNEL_CODES
 from nodes.spec import RunContext
 
@@ -75,6 +79,7 @@ class PostOp:
     args: tuple[Any, ...]
     slot: int
     extra: PostOp | None = None
+    op: str = ""
 
 
 def run_post(posts: tuple[PostOp, ...], y: Any) -> Any:
@@ -409,6 +414,10 @@ class _Fuser:
             posts.append(post)
         if self.norm_chain(step, posts):
             return
+        if (step.spec.op_type == "Conv" and posts and posts[0].op == "Relu" and posts[0].extra is None
+                and not posts[0].ctx.node.domain):
+            step.ctx.cache[RELU_EPILOGUE] = True  # the Conv applies it as it stores its output
+            posts = posts[1:]
         step.post = _chain_channel_ops(posts)
 
     def int_bias_scale(self, k: int) -> None:
@@ -482,7 +491,7 @@ class _Fuser:
             if v is None:
                 return None
             args.append(v)
-        return PostOp(c.spec.reference, _ctx(c, slot), tuple(args), slot)
+        return PostOp(c.spec.reference, _ctx(c, slot), tuple(args), slot, op=c.spec.op_type)
 
     def silu(self, k: int) -> PostOp | None:
         """y * Sigmoid(y) where the Sigmoid and the Mul are the only readers of y."""

@@ -1,0 +1,145 @@
+"""The direct SIMD convolution (nodes/_cconv.c via nodes/direct_conv.py): built, used, right.
+
+Every case runs both kernels this CPU can run (AVX-512 with 16-channel vectors where present,
+AVX2 with 8) against the float64 one-position-at-a-time convolution, over the geometries the
+kernel's blocking has branches for: row widths 1..25 (every pixel-run length up to 12 and the
+splits of longer rows), output channels not a multiple of the vector (the last block half
+empty, a single block), strides, dilations, asymmetric and negative pads, groups, batches.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import engine
+from engine.ir.graph import Graph
+from nodes import direct_conv
+from nodes.conv import conv_nd
+from tests.nodes.test_conv import naive_conv
+
+
+def _widths() -> list[int]:
+    if direct_conv.lanes() == 16:
+        return [16, 8]
+    return [direct_conv.lanes()] if direct_conv.lanes() else []
+
+
+def _run(x, w, b, strides, pads, dils, group, vb, relu=False):
+    from nodes.conv import pad_spatial
+
+    n = 2
+    out = [(x.shape[2 + i] + pads[i] + pads[n + i] - ((w.shape[2 + i] - 1) * dils[i] + 1)) // strides[i] + 1
+           for i in range(n)]
+    return direct_conv.conv2d(pad_spatial(x, pads[:n], pads[n:]), direct_conv.pack(w, group, vb), w.shape[0],
+                              b, strides, dils, out, relu)
+
+
+def test_the_kernel_is_built_and_runs_on_this_cpu():
+    """make test installs the project, which compiles nodes/_cconv.c: a missing compiler or a
+    broken build fails here, not as a silent 1.3x slower executor."""
+    import platform
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("the kernel is x86-64 only; elsewhere the numpy path runs")
+    from pathlib import Path
+
+    flags = Path("/proc/cpuinfo").read_text()
+    want = 16 if " avx512f" in flags else 8 if " avx2" in flags else 0
+    assert direct_conv.lanes() == want
+
+
+CASES = [
+    # (N, C, H, W), (M, C/g, KH, KW), strides, pads (t, l, b, r), dils, group
+    ((1, 3, 9, 25), (20, 3, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),  # rows split 13 + 12 ... 25 wide
+    ((2, 5, 7, 12), (16, 5, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),  # exactly one block, batch 2
+    ((1, 4, 11, 11), (40, 4, 5, 5), (2, 2), (2, 2, 2, 2), (1, 1), 1),  # stride 2, 5x5, 2.5 blocks
+    ((1, 6, 13, 10), (9, 6, 3, 2), (1, 2), (2, 0, 1, 3), (2, 1), 1),  # dilated, asymmetric pads
+    ((1, 8, 12, 12), (24, 4, 3, 3), (1, 1), (0, -1, 1, 0), (1, 1), 2),  # grouped, a negative pad
+    ((1, 3, 30, 30), (33, 3, 7, 7), (2, 2), (3, 3, 3, 3), (1, 1), 1),  # a stem: 3 channels, 7x7 s2
+]
+
+
+@pytest.mark.parametrize("vb", _widths())
+@pytest.mark.parametrize(("x_shape", "w_shape", "strides", "pads", "dils", "group"), CASES)
+def test_direct_conv_matches_the_definition(x_shape, w_shape, strides, pads, dils, group, vb):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    b = rng.standard_normal(w_shape[0]).astype(np.float32)
+    crop = x[:, :, max(0, -pads[0]):x.shape[2] - max(0, -pads[2]), max(0, -pads[1]):x.shape[3] - max(0, -pads[3])]
+    ref = naive_conv(crop, w, b, list(strides), [max(0, p) for p in pads], list(dils), group)
+    y = _run(x, w, b, strides, pads, dils, group, vb)
+    assert y.shape == ref.shape and y.dtype == np.float32
+    np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+    yr = _run(x, w, None, strides, pads, dils, group, vb, relu=True)
+    np.testing.assert_allclose(yr, np.maximum(ref - b.reshape(1, -1, 1, 1), 0), rtol=2e-5,
+                               atol=2e-5 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("vb", _widths())
+@pytest.mark.parametrize("width", range(1, 26))
+def test_every_row_width(width, vb):
+    """Each row is cut into runs of at most 12 (AVX-512) or 6 (AVX2) pixels, each length its own
+    compiled block: every length, and the splits of longer rows, land every output."""
+    rng = np.random.default_rng(width)
+    x = rng.standard_normal((1, 2, 3, width)).astype(np.float32)
+    w = rng.standard_normal((18, 2, 3, 3)).astype(np.float32)
+    ref = naive_conv(x, w, None, [1, 1], [1, 1, 1, 1], [1, 1])
+    np.testing.assert_allclose(_run(x, w, None, (1, 1), (1, 1, 1, 1), (1, 1), 1, vb), ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("vb", _widths())
+def test_relu_as_numpy_maximum(vb):
+    """The fused Relu keeps NaN and turns -0 into +0, as np.maximum(y, 0) (a Relu node) does."""
+    x = np.zeros((1, 1, 3, 4), np.float32)
+    x[0, 0, 1, 1] = np.nan
+    x[0, 0, 1, 2] = 1.0
+    w = np.ones((3, 1, 1, 2), np.float32)
+    w[1] *= -1
+    plain = _run(x, w, None, (1, 1), (0, 0, 0, 0), (1, 1), 1, vb)
+    fused = _run(x, w, None, (1, 1), (0, 0, 0, 0), (1, 1), 1, vb, relu=True)
+    expect = np.maximum(plain, np.float32(0))
+    np.testing.assert_array_equal(fused, expect)  # NaN where NaN, equal elsewhere
+    assert not np.signbit(fused[~np.isnan(fused)]).any()
+    assert np.isnan(fused).sum() == np.isnan(plain).sum() > 0
+
+
+def test_conv_relu_plan_runs_the_relu_in_the_conv():
+    """A fused plan hands a Conv's Relu to the Conv (no step of its own); the values are the
+    Relu node's, and the unfused plan (a hook) still runs both."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((20, 8, 3, 3)).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 10, 15])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 20, 10, 15])], [onnx.numpy_helper.from_array(w, "w")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    graph = engine.load(model)
+    assert isinstance(graph, Graph)
+    x = rng.standard_normal((1, 8, 10, 15)).astype(np.float32)
+    fused = engine.execute(graph, {"x": x})["y"]
+    ex = engine._executors[graph]
+    plan = next(iter(ex._plans.values()))
+    assert [s.spec.op_type for s in plan.steps] == ["Conv"] and plan.steps[0].ctx.cache.get("relu_epilogue")
+    unfused = engine.execute(graph, {"x": x}, keep_all=True)
+    seen = unfused["c"]
+    np.testing.assert_array_equal(fused, np.maximum(seen, 0))
+    np.testing.assert_array_equal(fused, unfused["y"])
+
+
+def test_numpy_path_when_disabled(monkeypatch):
+    """Without the kernel (another CPU, or NPU_STUDIO_NO_CCONV=1) conv_nd gives the same
+    values within float rounding, relu included."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((1, 6, 9, 9)).astype(np.float32)
+    w = rng.standard_normal((10, 6, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(10).astype(np.float32)
+    fast = conv_nd(x, w, b, [1, 1], [1, 1], [1, 1], [1, 1], 1, {}, relu=True)
+    monkeypatch.setattr(direct_conv, "lanes", lambda: 0)
+    slow = conv_nd(x, w, b, [1, 1], [1, 1], [1, 1], [1, 1], 1, {}, relu=True)
+    np.testing.assert_allclose(fast, slow, rtol=1e-5, atol=1e-5)
+    assert (slow >= 0).all() and (slow == 0).any()
