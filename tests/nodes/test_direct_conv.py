@@ -57,6 +57,8 @@ CASES = [
     ((1, 6, 13, 10), (9, 6, 3, 2), (1, 2), (2, 0, 1, 3), (2, 1), 1),  # dilated, asymmetric pads
     ((1, 8, 12, 12), (24, 4, 3, 3), (1, 1), (0, -1, 1, 0), (1, 1), 2),  # grouped, a negative pad
     ((1, 3, 30, 30), (33, 3, 7, 7), (2, 2), (3, 3, 3, 3), (1, 1), 1),  # a stem: 3 channels, 7x7 s2
+    ((1, 40, 7, 7), (24, 40, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),  # 1x1 on a small image
+    ((2, 12, 13, 13), (40, 12, 1, 1), (2, 2), (0, 0, 0, 0), (1, 1), 1),  # 1x1 at stride 2
 ]
 
 
@@ -143,3 +145,22 @@ def test_numpy_path_when_disabled(monkeypatch):
     slow = conv_nd(x, w, b, [1, 1], [1, 1], [1, 1], [1, 1], 1, {}, relu=True)
     np.testing.assert_allclose(fast, slow, rtol=1e-5, atol=1e-5)
     assert (slow >= 0).all() and (slow == 0).any()
+
+
+def test_small_pointwise_convs_take_the_kernel_and_keep_their_values(monkeypatch):
+    """A 1x1 conv on a 7x7 image runs the direct kernel (faster than one GEMM there), a large
+    one stays a GEMM; both give the GEMM's values within float rounding, the Conv node too."""
+    from nodes.conv import direct_pointwise
+
+    assert direct_pointwise(49, 2048, 512) and not direct_pointwise(196, 256, 1024)
+    calls = []
+    real = direct_conv.conv2d
+    monkeypatch.setattr(direct_conv, "conv2d", lambda *a, **k: calls.append(a[0].shape) or real(*a, **k))
+    rng = np.random.default_rng(4)
+    for shape, m in (((1, 64, 7, 7), 96), ((1, 128, 28, 28), 512)):
+        x = rng.standard_normal(shape).astype(np.float32)
+        w = rng.standard_normal((m, shape[1], 1, 1)).astype(np.float32)
+        ref = np.einsum("mc,nchw->nmhw", w[:, :, 0, 0].astype(np.float64), x.astype(np.float64))
+        np.testing.assert_allclose(conv_nd(x, w, None, [1, 1], [1, 1], [0, 0], [0, 0], 1, {}), ref,
+                                   rtol=1e-4, atol=1e-4)
+    assert calls == [(1, 64, 7, 7)]
