@@ -374,7 +374,15 @@ def direct_pointwise(pixels: int, m: int, c: int) -> bool:
     2048 -> 512 on 7x7 1.04 -> 0.90, 1024 -> 2048 at stride 2 on 14x14 2.03 -> 1.67, 64 -> 16 on
     55x55 0.18 -> 0.15, 64 -> 256 on 13x13 0.098 -> 0.082; the GEMM wins from 14x14 with larger
     matrices (1024 -> 256: 0.76 vs 0.85; 512 -> 128 on 28x28: 0.77 vs 1.03)."""
+    if pixels * m * c < DIRECT_POINTWISE_MIN_MACS:
+        return False
     return pixels <= 64 or m <= 16 or (pixels <= 256 and c * m <= 65536)
+
+
+DIRECT_POINTWISE_MIN_MACS = 1 << 21
+"""Below ~2M multiply-adds a 1x1 convolution stays one GEMM: the direct call's fixed cost
+(~5 us: the output, the ctypes call) exceeds what it saves (PP-OCR's cls head: 8 -> 2 channels
+on a 1x1 image, 2.6 us as a GEMM; 8 -> 8 on 24x96, 15 us)."""
 
 
 def conv_nd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequence[int],
@@ -424,11 +432,11 @@ def _conv_nd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequen
             (ktot > 1 and (group == 1 or mg >= DIRECT_MIN_GROUP_OUT))
             or (ktot == 1 and group == 1 and direct_pointwise(p, m, c_in)))):
         prep = cache.get("direct") if cache is not None else None
-        if prep is None or prep[0] is not w or prep[1] != group:
-            prep = (w, group, direct_conv.pack(w, group))
+        if prep is None or not prep.fits(w, b):
+            prep = direct_conv.Prepared(w, b, group)
             if cache is not None:
                 cache["direct"] = prep
-        return direct_conv.conv2d(pad_spatial(x, pb, pe), prep[2], m, b, strides, dils, out, relu), True
+        return prep(pad_spatial(x, pb, pe), strides, dils, out, relu), True
     if (group == 1 and ktot > 1 and len(kernel) == 2 and tuple(strides) == (1, 1) and m <= SHIFTED_MAX_OUT
             and c_in >= SHIFTED_MIN_RATIO * m):
         prep = cache.get("shifted") if cache is not None else None

@@ -61,31 +61,65 @@ def pack(w: np.ndarray, group: int, vb: int | None = None) -> np.ndarray:
     return np.ascontiguousarray(wp.reshape(group, nb, vb, cg, kh, kw).transpose(0, 1, 3, 4, 5, 2))
 
 
-def conv2d(xp: np.ndarray, packed: np.ndarray, m: int, b: np.ndarray | None, strides: Sequence[int],
+class Prepared:
+    """One node's weights and bias made ready for the kernel once (``pack``, the bias padded
+    to whole vectors, the tap offsets' scratch): a run then costs an output allocation and one
+    C call per image and group."""
+
+    __slots__ = ("b", "bias", "m", "offs", "packed", "w")
+
+    def __init__(self, w: np.ndarray, b: np.ndarray | None, group: int, vb: int | None = None) -> None:
+        self.w, self.b = w, b
+        self.packed = pack(w, group, vb)
+        g, nb, cg, kh, kw, lanes_ = self.packed.shape
+        self.m = m = int(w.shape[0])
+        self.bias = np.zeros((g, nb * lanes_), np.float32)  # a whole vector per block
+        if b is not None:
+            self.bias[:, :m // g] = np.asarray(b, np.float32).reshape(g, m // g)
+        self.offs = np.empty(cg * kh * kw, np.int64)
+
+    def fits(self, w: np.ndarray, b: np.ndarray | None) -> bool:
+        return self.w is w and self.b is b
+
+    def __call__(self, xp: np.ndarray, strides: Sequence[int], dils: Sequence[int], out_hw: Sequence[int],
+                 relu: bool = False) -> np.ndarray:
+        """(N, M, OH, OW) float32 convolution of the padded input ``xp`` (N, C, HP, WP; the
+        padding already applied: the kernel reads it in place); ``relu``: max(y, 0) as
+        np.maximum gives it, applied as each output is stored."""
+        run = _lib().npu_conv2d_f32
+        group, _, cg, kh, kw, vb = self.packed.shape
+        m = self.m
+        n, c, hp, wp = xp.shape
+        oh, ow = int(out_hw[0]), int(out_hw[1])
+        xp = np.ascontiguousarray(xp, np.float32)
+        y = np.empty((n, m, oh, ow), np.float32)
+        mg = m // group
+        x0, y0, w0, b0 = xp.ctypes.data, y.ctypes.data, self.packed.ctypes.data, self.bias.ctypes.data
+        sy, sx, dh, dw, offs, rl = int(strides[0]), int(strides[1]), int(dils[0]), int(dils[1]), self.offs.ctypes.data, int(relu)
+        if n == 1 and group == 1:
+            run(x0, cg, hp, wp, w0, mg, kh, kw, b0, sy, sx, dh, dw, y0, oh, ow, vb, offs, rl)
+            return y
+        x_img, y_img, x_grp, y_grp = c * hp * wp * 4, m * oh * ow * 4, cg * hp * wp * 4, mg * oh * ow * 4
+        w_grp, b_grp = self.packed[0].nbytes, self.bias[0].nbytes
+        for i in range(n):
+            for g in range(group):
+                run(x0 + i * x_img + g * x_grp, cg, hp, wp, w0 + g * w_grp, mg, kh, kw, b0 + g * b_grp, sy, sx,
+                    dh, dw, y0 + i * y_img + g * y_grp, oh, ow, vb, offs, rl)
+        return y
+
+
+def conv2d(xp: np.ndarray, packed: np.ndarray | Prepared, m: int, b: np.ndarray | None, strides: Sequence[int],
            dils: Sequence[int], out_hw: Sequence[int], relu: bool = False) -> np.ndarray:
-    """(N, M, OH, OW) float32 convolution of the padded float32 input ``xp`` (N, C, HP, WP) with
-    ``pack``-ed weights (the padding already applied: the kernel reads xp in place); ``relu``:
-    max(y, 0) as np.maximum gives it, applied as each output is stored."""
-    lib = _lib()
-    group, _, cg, kh, kw, vb = packed.shape
-    n, c, hp, wp = xp.shape
-    oh, ow = int(out_hw[0]), int(out_hw[1])
-    xp = np.ascontiguousarray(xp, np.float32)
-    y = np.empty((n, m, oh, ow), np.float32)
-    mg = m // group
-    bias = np.zeros((group, packed.shape[1] * vb), np.float32)  # a whole vector per block
-    if b is not None:
-        bias[:, :mg] = np.asarray(b, np.float32).reshape(group, mg)
-    offs = np.empty(cg * kh * kw, np.int64)
-    x_img, y_img, x_grp, y_grp = c * hp * wp * 4, m * oh * ow * 4, cg * hp * wp * 4, mg * oh * ow * 4
-    w_grp = packed[0].nbytes
-    x0, y0, w0 = xp.ctypes.data, y.ctypes.data, packed.ctypes.data
-    b0, b_grp = bias.ctypes.data, bias[0].nbytes
-    sy, sx = int(strides[0]), int(strides[1])
-    dh, dw = int(dils[0]), int(dils[1])
-    for i in range(n):
-        for g in range(group):
-            lib.npu_conv2d_f32(x0 + i * x_img + g * x_grp, cg, hp, wp, w0 + g * w_grp, mg, kh, kw,
-                               b0 + g * b_grp, sy, sx, dh, dw,
-                               y0 + i * y_img + g * y_grp, oh, ow, vb, offs.ctypes.data, int(relu))
-    return y
+    """``Prepared`` in one call (tests and one-off callers): weights ``pack``-ed for ``m``
+    output channels, or a Prepared (``m`` and ``b`` then unused)."""
+    if not isinstance(packed, Prepared):
+        prep = Prepared.__new__(Prepared)
+        prep.w = prep.b = None
+        prep.packed, prep.m = packed, m
+        g, nb, cg, kh, kw, vb = packed.shape
+        prep.bias = np.zeros((g, nb * vb), np.float32)
+        if b is not None:
+            prep.bias[:, :m // g] = np.asarray(b, np.float32).reshape(g, m // g)
+        prep.offs = np.empty(cg * kh * kw, np.int64)
+        packed = prep
+    return packed(xp, strides, dils, out_hw, relu)

@@ -149,18 +149,19 @@ def test_numpy_path_when_disabled(monkeypatch):
 
 def test_small_pointwise_convs_take_the_kernel_and_keep_their_values(monkeypatch):
     """A 1x1 conv on a 7x7 image runs the direct kernel (faster than one GEMM there), a large
-    one stays a GEMM; both give the GEMM's values within float rounding, the Conv node too."""
+    one and a tiny one stay a GEMM; all give the definition's values within float rounding."""
     from nodes.conv import direct_pointwise
 
     assert direct_pointwise(49, 2048, 512) and not direct_pointwise(196, 256, 1024)
+    assert not direct_pointwise(1, 2, 8)  # a squeeze-excite head: the call would cost more than the GEMM
     calls = []
-    real = direct_conv.conv2d
-    monkeypatch.setattr(direct_conv, "conv2d", lambda *a, **k: calls.append(a[0].shape) or real(*a, **k))
+    real = direct_conv.Prepared.__call__
+    monkeypatch.setattr(direct_conv.Prepared, "__call__", lambda self, xp, *a: calls.append(xp.shape) or real(self, xp, *a))
     rng = np.random.default_rng(4)
-    for shape, m in (((1, 64, 7, 7), 96), ((1, 128, 28, 28), 512)):
+    for shape, m in (((1, 512, 7, 7), 96), ((1, 128, 28, 28), 512), ((1, 8, 1, 1), 2)):
         x = rng.standard_normal(shape).astype(np.float32)
         w = rng.standard_normal((m, shape[1], 1, 1)).astype(np.float32)
         ref = np.einsum("mc,nchw->nmhw", w[:, :, 0, 0].astype(np.float64), x.astype(np.float64))
         np.testing.assert_allclose(conv_nd(x, w, None, [1, 1], [1, 1], [0, 0], [0, 0], 1, {}), ref,
                                    rtol=1e-4, atol=1e-4)
-    assert calls == [(1, 64, 7, 7)]
+    assert calls == [(1, 512, 7, 7)]
