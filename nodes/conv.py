@@ -361,30 +361,6 @@ RELU_EPILOGUE = "relu_epilogue"
 """Key of a Conv step's cache set by the fused plan (engine/sim/plan_fusion.py) when the Relu
 after it runs inside the Conv: the direct kernel applies it as it stores each output."""
 
-DIRECT_MIN_GROUP_OUT = 8
-"""Float32 2-D convolutions with a kernel larger than 1x1 (dense, or grouped with at least this
-many output channels per group; smaller groups run conv2d_phases) run the direct SIMD kernel
-(nodes.direct_conv) where this build and CPU have it; 1x1 convolutions stay one GEMM."""
-
-
-def direct_pointwise(pixels: int, m: int, c: int) -> bool:
-    """Whether a float32 1x1 convolution (group 1) runs the direct kernel rather than one GEMM:
-    few output pixels, few filters, or a small GEMM on a small image. Measured side by side
-    (BLAS 1 thread, caches flushed, bias and Relu included): 512 -> 2048 on 7x7 1.04 -> 0.83 ms,
-    2048 -> 512 on 7x7 1.04 -> 0.90, 1024 -> 2048 at stride 2 on 14x14 2.03 -> 1.67, 64 -> 16 on
-    55x55 0.18 -> 0.15, 64 -> 256 on 13x13 0.098 -> 0.082; the GEMM wins from 14x14 with larger
-    matrices (1024 -> 256: 0.76 vs 0.85; 512 -> 128 on 28x28: 0.77 vs 1.03)."""
-    if pixels * m * c < DIRECT_POINTWISE_MIN_MACS:
-        return False
-    return pixels <= 64 or m <= 16 or (pixels <= 256 and c * m <= 65536)
-
-
-DIRECT_POINTWISE_MIN_MACS = 1 << 21
-"""Below ~2M multiply-adds a 1x1 convolution stays one GEMM: the direct call's fixed cost
-(~5 us: the output, the ctypes call) exceeds what it saves (PP-OCR's cls head: 8 -> 2 channels
-on a 1x1 image, 2.6 us as a GEMM; 8 -> 8 on 24x96, 15 us)."""
-
-
 def conv_nd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequence[int],
             dils: Sequence[int], pb: Sequence[int], pe: Sequence[int], group: int,
             cache: dict | None = None, relu: bool = False) -> np.ndarray:
@@ -429,8 +405,8 @@ def _conv_nd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequen
     if group > 1 and ktot > 1 and len(kernel) == 2 and cg * mg <= DIRECT_GROUP_WIDTH:
         return conv2d_phases(x, w, b, strides, dils, (*pb, *pe), out), False
     if (len(kernel) == 2 and cdt == np.float32 and direct_conv.lanes() and (
-            (ktot > 1 and (group == 1 or mg >= DIRECT_MIN_GROUP_OUT))
-            or (ktot == 1 and group == 1 and direct_pointwise(p, m, c_in)))):
+            (ktot > 1 and (group == 1 or mg >= direct_conv.DIRECT_MIN_GROUP_OUT))
+            or (ktot == 1 and group == 1 and direct_conv.direct_pointwise(p, m, c_in)))):
         prep = cache.get("direct") if cache is not None else None
         if prep is None or not prep.fits(w, b):
             prep = direct_conv.Prepared(w, b, group)
@@ -540,7 +516,7 @@ class ConvSpec(OpSpec):
         y = conv_nd(x, w, b, strides, dils, pb, pe, group, ctx.cache, relu).astype(x.dtype, copy=False)
         if (group == 1 and x.shape[0] == 1 and x.ndim >= 3 and x.dtype in (np.float32, np.float64)
                 and not (x.dtype == np.float32 and x.ndim == 4 and direct_conv.lanes()
-                         and direct_pointwise(prod(y.shape[2:]), w.shape[0], x.shape[1]))
+                         and direct_conv.direct_pointwise(prod(y.shape[2:]), w.shape[0], x.shape[1]))
                 and w.dtype == x.dtype and (b is None or b.dtype == x.dtype) and w.shape[2:] == (1,) * (x.ndim - 2)
                 and not any(pb) and not any(pe) and all(s == 1 for s in strides)):
             # the same matmul and bias add conv_nd ran, without its per-call geometry work (the

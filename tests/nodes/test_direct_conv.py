@@ -150,7 +150,7 @@ def test_numpy_path_when_disabled(monkeypatch):
 def test_small_pointwise_convs_take_the_kernel_and_keep_their_values(monkeypatch):
     """A 1x1 conv on a 7x7 image runs the direct kernel (faster than one GEMM there), a large
     one and a tiny one stay a GEMM; all give the definition's values within float rounding."""
-    from nodes.conv import direct_pointwise
+    from nodes.direct_conv import direct_pointwise
 
     assert direct_pointwise(49, 2048, 512) and not direct_pointwise(196, 256, 1024)
     assert not direct_pointwise(1, 2, 8)  # a squeeze-excite head: the call would cost more than the GEMM
