@@ -130,20 +130,3 @@ class Prepared:
                 run(x0 + i * x_img + g * x_grp, cg, hp, wp, w0 + g * w_grp, mg, kh, kw, b0 + g * b_grp, sy, sx,
                     dh, dw, y0 + i * y_img + g * y_grp, oh, ow, vb, offs, rl)
         return y
-
-
-def conv2d(xp: np.ndarray, packed: np.ndarray | Prepared, m: int, b: np.ndarray | None, strides: Sequence[int],
-           dils: Sequence[int], out_hw: Sequence[int], relu: bool = False) -> np.ndarray:
-    """``Prepared`` in one call (tests and one-off callers): weights ``pack``-ed for ``m``
-    output channels, or a Prepared (``m`` and ``b`` then unused)."""
-    if not isinstance(packed, Prepared):
-        prep = Prepared.__new__(Prepared)
-        prep.w = prep.b = None
-        prep.packed, prep.m = packed, m
-        g, nb, cg, kh, kw, vb = packed.shape
-        prep.bias = np.zeros((g, nb * vb), np.float32)
-        if b is not None:
-            prep.bias[:, :m // g] = np.asarray(b, np.float32).reshape(g, m // g)
-        prep.offs = np.empty(cg * kh * kw, np.int64)
-        packed = prep
-    return packed(xp, strides, dils, out_hw, relu)

@@ -31,8 +31,7 @@ def _run(x, w, b, strides, pads, dils, group, vb, relu=False):
     n = 2
     out = [(x.shape[2 + i] + pads[i] + pads[n + i] - ((w.shape[2 + i] - 1) * dils[i] + 1)) // strides[i] + 1
            for i in range(n)]
-    return direct_conv.conv2d(pad_spatial(x, pads[:n], pads[n:]), direct_conv.pack(w, group, vb), w.shape[0],
-                              b, strides, dils, out, relu)
+    return direct_conv.Prepared(w, b, group, vb)(pad_spatial(x, pads[:n], pads[n:]), strides, dils, out, relu)
 
 
 def test_the_kernel_is_built_and_runs_on_this_cpu():
