@@ -13,7 +13,7 @@
  * per block after the last input channel. Sums run input channel by input channel, taps in
  * row-major order, then the bias is added: within float rounding of im2col's order.
  *
- * The functions are called through ctypes (nodes/kernels.py); the Python module object only
+ * The functions are called through ctypes (nodes/direct_conv.py); the Python module object only
  * lets setuptools build and locate the shared library.
  */
 #include <Python.h>

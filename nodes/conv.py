@@ -361,6 +361,7 @@ RELU_EPILOGUE = "relu_epilogue"
 """Key of a Conv step's cache set by the fused plan (engine/sim/plan_fusion.py) when the Relu
 after it runs inside the Conv: the direct kernel applies it as it stores each output."""
 
+
 def conv_nd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequence[int],
             dils: Sequence[int], pb: Sequence[int], pe: Sequence[int], group: int,
             cache: dict | None = None, relu: bool = False) -> np.ndarray:
@@ -515,8 +516,7 @@ class ConvSpec(OpSpec):
         relu = ctx.cache.get(RELU_EPILOGUE, False)
         y = conv_nd(x, w, b, strides, dils, pb, pe, group, ctx.cache, relu).astype(x.dtype, copy=False)
         if (group == 1 and x.shape[0] == 1 and x.ndim >= 3 and x.dtype in (np.float32, np.float64)
-                and not (x.dtype == np.float32 and x.ndim == 4 and direct_conv.lanes()
-                         and direct_conv.direct_pointwise(prod(y.shape[2:]), w.shape[0], x.shape[1]))
+                and "direct" not in ctx.cache  # conv_nd ran the direct kernel: no GEMM to repeat
                 and w.dtype == x.dtype and (b is None or b.dtype == x.dtype) and w.shape[2:] == (1,) * (x.ndim - 2)
                 and not any(pb) and not any(pe) and all(s == 1 for s in strides)):
             # the same matmul and bias add conv_nd ran, without its per-call geometry work (the

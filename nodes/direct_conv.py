@@ -87,20 +87,19 @@ def pack(w: np.ndarray, group: int, vb: int | None = None) -> np.ndarray:
 
 class Prepared:
     """One node's weights and bias made ready for the kernel once (``pack``, the bias padded
-    to whole vectors, the tap offsets' scratch): a run then costs an output allocation and one
-    C call per image and group."""
+    to whole vectors): a run then costs an output allocation and one C call per image and
+    group. Nothing in it changes after construction, so plans on several threads can share it."""
 
-    __slots__ = ("b", "bias", "m", "offs", "packed", "w")
+    __slots__ = ("b", "bias", "m", "packed", "w")
 
     def __init__(self, w: np.ndarray, b: np.ndarray | None, group: int, vb: int | None = None) -> None:
         self.w, self.b = w, b
         self.packed = pack(w, group, vb)
-        g, nb, cg, kh, kw, lanes_ = self.packed.shape
+        g, nb, lanes_ = self.packed.shape[0], self.packed.shape[1], self.packed.shape[-1]
         self.m = m = int(w.shape[0])
         self.bias = np.zeros((g, nb * lanes_), np.float32)  # a whole vector per block
         if b is not None:
             self.bias[:, :m // g] = np.asarray(b, np.float32).reshape(g, m // g)
-        self.offs = np.empty(cg * kh * kw, np.int64)
 
     def fits(self, w: np.ndarray, b: np.ndarray | None) -> bool:
         return self.w is w and self.b is b
@@ -118,15 +117,13 @@ class Prepared:
         xp = np.ascontiguousarray(xp, np.float32)
         y = np.empty((n, m, oh, ow), np.float32)
         mg = m // group
+        offs = np.empty(cg * kh * kw, np.int64)  # the kernel's tap offsets (per call: they depend on xp)
         x0, y0, w0, b0 = xp.ctypes.data, y.ctypes.data, self.packed.ctypes.data, self.bias.ctypes.data
-        sy, sx, dh, dw, offs, rl = int(strides[0]), int(strides[1]), int(dils[0]), int(dils[1]), self.offs.ctypes.data, int(relu)
-        if n == 1 and group == 1:
-            run(x0, cg, hp, wp, w0, mg, kh, kw, b0, sy, sx, dh, dw, y0, oh, ow, vb, offs, rl)
-            return y
+        sy, sx, dh, dw = int(strides[0]), int(strides[1]), int(dils[0]), int(dils[1])
         x_img, y_img, x_grp, y_grp = c * hp * wp * 4, m * oh * ow * 4, cg * hp * wp * 4, mg * oh * ow * 4
         w_grp, b_grp = self.packed[0].nbytes, self.bias[0].nbytes
         for i in range(n):
             for g in range(group):
                 run(x0 + i * x_img + g * x_grp, cg, hp, wp, w0 + g * w_grp, mg, kh, kw, b0 + g * b_grp, sy, sx,
-                    dh, dw, y0 + i * y_img + g * y_grp, oh, ow, vb, offs, rl)
+                    dh, dw, y0 + i * y_img + g * y_grp, oh, ow, vb, offs.ctypes.data, int(relu))
         return y
