@@ -22,7 +22,42 @@
 
 typedef int64_t i64;
 
-#define CONV_BODY(VEC, VI, VB, OB, P)                                                              \
+/* The activation applied to each output vector as it is stored (act; ap: its constants), with
+ * the roundings and NaN rules of the unfused kernels, so a fused plan gives the op-by-op values:
+ *   EPI_RELU    np.maximum(v, 0): NaN stays NaN, -0 becomes +0;
+ *   EPI_HSWISH  ONNX HardSwish as nodes/_kernels_jit.py computes it: v * min(max(v/6 + 1/2, 0), 1)
+ *               (the v * (1/6) + 1/2 contracted to one FMA, as LLVM's contract flag does there);
+ *   EPI_HSCHAIN HardSwish spelled out (hard_swish_chain): t = min(max(v + ap[0], ap[1]), ap[2]),
+ *               then (v*t)/k, (v*t)*k, v*(t/k) or v*(t*k), k = ap[3], for ap[4] = 0..3. */
+enum { EPI_NONE = 0, EPI_RELU = 1, EPI_HSWISH = 2, EPI_HSCHAIN = 3 };
+
+#define DEFINE_EPI(SUFFIX, ATTR, VEC, VI)                                                       \
+    ATTR static inline VEC sel_##SUFFIX(VI m, VEC a, VEC b) {                                   \
+        return (VEC)(((VI)a & m) | ((VI)b & ~m));                                               \
+    }                                                                                          \
+    ATTR static inline VEC epi_##SUFFIX(VEC v, int act, const float *ap) {                      \
+        if (act == EPI_NONE) return v;                                                         \
+        VEC z = v - v + 0.0f;                                                                  \
+        if (act == EPI_RELU) return (VEC)(((VI)v & ((v > z) | (v != v))));                    \
+        if (act == EPI_HSWISH) {                                                               \
+            VEC t = v * (1.0f / 6.0f) + 0.5f;                                               \
+            t = sel_##SUFFIX((t > z) | (t != t), t, z);                                        \
+            VEC one = z + 1.0f;                                                                \
+            t = sel_##SUFFIX((t < one) | (t != t), t, one);                                    \
+            return v * t;                                                                      \
+        }                                                                                      \
+        VEC lo = z + ap[1], hi = z + ap[2], t = v + ap[0];                                     \
+        t = sel_##SUFFIX((t > lo) | (t != t), t, lo);                                          \
+        t = sel_##SUFFIX((t < hi) | (t != t), t, hi);                                          \
+        int mode = (int)ap[4];                                                                 \
+        float k = ap[3];                                                                       \
+        if (mode == 0) return (v * t) / k;                                                     \
+        if (mode == 1) return (v * t) * k;                                                     \
+        if (mode == 2) return v * (t / k);                                                     \
+        return v * (t * k);                                                                    \
+    }
+
+#define CONV_BODY(VEC, VI, VB, OB, P, epi)                                                              \
     do {                                                                                       \
         VEC acc[OB][P];                                                                        \
         _Pragma("GCC unroll 4") for (int b_ = 0; b_ < OB; b_++)                                \
@@ -45,11 +80,7 @@ typedef int64_t i64;
             VEC bv;                                                                            \
             memcpy(&bv, bias + oc0, sizeof(VEC));                                              \
             _Pragma("GCC unroll 16") for (int p_ = 0; p_ < P; p_++) {                          \
-                VEC v = acc[b_][p_] + bv;                                                      \
-                if (relu) { /* np.maximum(v, 0): NaN stays NaN, -0 becomes +0 */               \
-                    VEC z = (VEC){0};                                                          \
-                    v = (VEC)(((VI)v & ((v > z) | (v != v))));                                 \
-                }                                                                              \
+                VEC v = epi(acc[b_][p_] + bv, act, ap);                                        \
                 memcpy(lanes[p_], &v, sizeof(VEC));                                            \
             }                                                                                  \
             i64 n = M - oc0 < VB ? M - oc0 : VB;                                               \
@@ -61,26 +92,26 @@ typedef int64_t i64;
     } while (0)
 
 /* One output row segment of P pixels for OB blocks of VB output channels. */
-#define DEFINE_BLOCK(NAME, ATTR, VEC, VI, VB, OB, P)                                               \
+#define DEFINE_BLOCK(NAME, SUFFIX, ATTR, VEC, VI, VB, OB, P)                                               \
     ATTR static void NAME(const float *x0, const float *w0, const float *bias, float *y0,     \
                           i64 ocb, i64 M, i64 K, const i64 *offs, i64 sx, i64 bstride,         \
-                          i64 opix, int relu) {                                                \
-        CONV_BODY(VEC, VI, VB, OB, P);                                                             \
+                          i64 opix, int act, const float *ap) {                                \
+        CONV_BODY(VEC, VI, VB, OB, P, epi_##SUFFIX);                                               \
     }
 
 #define DEFINE_OB(SUFFIX, ATTR, VEC, VI, VB, OB)                                                   \
-    DEFINE_BLOCK(blk_##SUFFIX##_f##OB##p1, ATTR, VEC, VI, VB, OB, 1)                               \
-    DEFINE_BLOCK(blk_##SUFFIX##_f##OB##p2, ATTR, VEC, VI, VB, OB, 2)                               \
-    DEFINE_BLOCK(blk_##SUFFIX##_f##OB##p3, ATTR, VEC, VI, VB, OB, 3)                               \
-    DEFINE_BLOCK(blk_##SUFFIX##_f##OB##p4, ATTR, VEC, VI, VB, OB, 4)                               \
-    DEFINE_BLOCK(blk_##SUFFIX##_f##OB##p5, ATTR, VEC, VI, VB, OB, 5)                               \
-    DEFINE_BLOCK(blk_##SUFFIX##_f##OB##p6, ATTR, VEC, VI, VB, OB, 6)                               \
-    DEFINE_BLOCK(blk_##SUFFIX##_f##OB##p7, ATTR, VEC, VI, VB, OB, 7)                               \
-    DEFINE_BLOCK(blk_##SUFFIX##_f##OB##p8, ATTR, VEC, VI, VB, OB, 8)                               \
-    DEFINE_BLOCK(blk_##SUFFIX##_f##OB##p9, ATTR, VEC, VI, VB, OB, 9)                               \
-    DEFINE_BLOCK(blk_##SUFFIX##_f##OB##p10, ATTR, VEC, VI, VB, OB, 10)                             \
-    DEFINE_BLOCK(blk_##SUFFIX##_f##OB##p11, ATTR, VEC, VI, VB, OB, 11)                             \
-    DEFINE_BLOCK(blk_##SUFFIX##_f##OB##p12, ATTR, VEC, VI, VB, OB, 12)
+    DEFINE_BLOCK(blk_##SUFFIX##_f##OB##p1, SUFFIX, ATTR, VEC, VI, VB, OB, 1)                               \
+    DEFINE_BLOCK(blk_##SUFFIX##_f##OB##p2, SUFFIX, ATTR, VEC, VI, VB, OB, 2)                               \
+    DEFINE_BLOCK(blk_##SUFFIX##_f##OB##p3, SUFFIX, ATTR, VEC, VI, VB, OB, 3)                               \
+    DEFINE_BLOCK(blk_##SUFFIX##_f##OB##p4, SUFFIX, ATTR, VEC, VI, VB, OB, 4)                               \
+    DEFINE_BLOCK(blk_##SUFFIX##_f##OB##p5, SUFFIX, ATTR, VEC, VI, VB, OB, 5)                               \
+    DEFINE_BLOCK(blk_##SUFFIX##_f##OB##p6, SUFFIX, ATTR, VEC, VI, VB, OB, 6)                               \
+    DEFINE_BLOCK(blk_##SUFFIX##_f##OB##p7, SUFFIX, ATTR, VEC, VI, VB, OB, 7)                               \
+    DEFINE_BLOCK(blk_##SUFFIX##_f##OB##p8, SUFFIX, ATTR, VEC, VI, VB, OB, 8)                               \
+    DEFINE_BLOCK(blk_##SUFFIX##_f##OB##p9, SUFFIX, ATTR, VEC, VI, VB, OB, 9)                               \
+    DEFINE_BLOCK(blk_##SUFFIX##_f##OB##p10, SUFFIX, ATTR, VEC, VI, VB, OB, 10)                             \
+    DEFINE_BLOCK(blk_##SUFFIX##_f##OB##p11, SUFFIX, ATTR, VEC, VI, VB, OB, 11)                             \
+    DEFINE_BLOCK(blk_##SUFFIX##_f##OB##p12, SUFFIX, ATTR, VEC, VI, VB, OB, 12)
 
 #define ROW_TABLE(SUFFIX, OB)                                                                  \
     {blk_##SUFFIX##_f##OB##p1, blk_##SUFFIX##_f##OB##p2, blk_##SUFFIX##_f##OB##p3,            \
@@ -89,7 +120,7 @@ typedef int64_t i64;
      blk_##SUFFIX##_f##OB##p10, blk_##SUFFIX##_f##OB##p11, blk_##SUFFIX##_f##OB##p12}
 
 typedef void (*blk_fn)(const float *, const float *, const float *, float *, i64, i64, i64,
-                       const i64 *, i64, i64, i64, int);
+                       const i64 *, i64, i64, i64, int, const float *);
 
 /* The whole convolution: pairs of output-channel blocks outermost (their weights stay in L2
  * while every output row is computed), each output row split into near-equal runs of at most
@@ -100,7 +131,7 @@ typedef void (*blk_fn)(const float *, const float *, const float *, float *, i64
     ATTR static void conv_##SUFFIX(const float *xp, i64 C, i64 HP, i64 WP, const float *wpk,  \
                                    i64 M, i64 KH, i64 KW, const float *bias, i64 sy, i64 sx,   \
                                    i64 dy, i64 dx, float *y, i64 OH, i64 OW, i64 *offs,        \
-                                   int relu) {                                                 \
+                                   int act, const float *ap) {                                 \
         static const blk_fn table[2][12] = {ROW_TABLE(SUFFIX, 1), ROW_TABLE(SUFFIX, 2)};       \
         i64 plane = HP * WP, bstride = C * KH * KW * VB, opix = OH * OW;                       \
         i64 nb = (M + VB - 1) / VB, K = C * KH * KW;                                           \
@@ -116,9 +147,201 @@ typedef void (*blk_fn)(const float *, const float *, const float *, float *, i64
                 for (i64 r = 0, ow0 = 0; r < runs; r++) {                                      \
                     i64 ow1 = OW * (r + 1) / runs;                                             \
                     table[ob - 1][ow1 - ow0 - 1](xrow + ow0 * sx, w0, bias, y + oh * OW + ow0, \
-                                                 ocb, M, K, offs, sx, bstride, opix, relu);    \
+                                                 ocb, M, K, offs, sx, bstride, opix, act, ap); \
                     ow0 = ow1;                                                                 \
                 }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+    }
+
+
+/* Depthwise convolution (each output channel o reads input channel o / (M / C) alone): per
+ * channel, the unpadded plane is copied into a zeroed scratch plane of row stride LW (the
+ * padding, done in cache instead of a pass over the whole tensor), then every output row is cut
+ * into VB-pixel tiles (the last one overlapping its neighbour when OW is not a multiple of VB;
+ * rows narrower than VB use the scratch's slack and store OW lanes), four tiles at a time so
+ * four independent FMA chains hide the FMA latency. A tile at stride 2 is two loads and one
+ * shuffle of the even lanes; other strides gather lane by lane. Taps in row-major order, then
+ * the bias, then the epilogue. */
+#define DW_TAPS(LOAD)                                                                          \
+    for (i64 t = 0; t < K; t++) {                                                              \
+        float wt = wc[t];                                                                      \
+        i64 of = offs[t];                                                                      \
+        a0 += LOAD(s0 + of, sx) * wt;                                                              \
+        a1 += LOAD(s1 + of, sx) * wt;                                                              \
+        a2 += LOAD(s2 + of, sx) * wt;                                                              \
+        a3 += LOAD(s3 + of, sx) * wt;                                                              \
+        a4 += LOAD(s4 + of, sx) * wt;                                                              \
+        a5 += LOAD(s5 + of, sx) * wt;                                                              \
+        a6 += LOAD(s6 + of, sx) * wt;                                                              \
+        a7 += LOAD(s7 + of, sx) * wt;                                                              \
+    }
+
+/* One band step: 4 output rows x 2 vectors at p0 and p1 (stride 1), each input row loaded once
+ * for every output row it feeds (KH + 3 rows of KW loads for 4 x KH x KW taps); KHC is the
+ * kernel height, a constant for 3, 5 and 7 so the row-to-tap mapping unrolls away. */
+#define DEFINE_BAND(SUFFIX, ATTR, VEC, KHC, NAME)                                              \
+    ATTR static inline void band_##SUFFIX##_##NAME(const float *p0, const float *p1,           \
+                                                   const float *wc, i64 KH, i64 KW, i64 dx,    \
+                                                   i64 LW, VEC *acc) {                         \
+        VEC a00 = {0}, a01 = {0}, a02 = {0}, a03 = {0};                                        \
+        VEC a10 = {0}, a11 = {0}, a12 = {0}, a13 = {0};                                        \
+        (void)KH;                                                                              \
+        _Pragma("GCC unroll 10") for (i64 j = 0; j < KHC + 3; j++) {                           \
+            const float *q0 = p0 + j * LW, *q1 = p1 + j * LW;                                  \
+            for (i64 kx = 0; kx < KW; kx++) {                                                  \
+                VEC x0, x1;                                                                    \
+                memcpy(&x0, q0 + kx * dx, sizeof(VEC));                                        \
+                memcpy(&x1, q1 + kx * dx, sizeof(VEC));                                        \
+                BAND_TAP(0, KHC) BAND_TAP(1, KHC) BAND_TAP(2, KHC) BAND_TAP(3, KHC)            \
+            }                                                                                  \
+        }                                                                                      \
+        acc[0] = a00, acc[1] = a01, acc[2] = a02, acc[3] = a03;                                \
+        acc[4] = a10, acc[5] = a11, acc[6] = a12, acc[7] = a13;                                \
+    }
+
+#define BAND_CALL(SUFFIX, NAME_K, VEC)                                                           \
+    do {                                                                                       \
+        VEC acc_[8];                                                                           \
+        BAND_FN(SUFFIX, NAME_K)(p0, p1, wc, KH, KW, dx, LW, acc_);                             \
+        a00 = acc_[0], a01 = acc_[1], a02 = acc_[2], a03 = acc_[3];                            \
+        a10 = acc_[4], a11 = acc_[5], a12 = acc_[6], a13 = acc_[7];                            \
+    } while (0)
+#define BAND_FN(SUFFIX, K) BAND_FN_(SUFFIX, K)
+#define BAND_FN_(SUFFIX, K) band_##SUFFIX##_k##K
+
+/* Output row R of a band reads input row j of the band with kernel row j - R. */
+#define BAND_TAP(R, KHC)                                                                      \
+    if (j - R >= 0 && j - R < KHC) {                                                         \
+        float wt = wc[(j - R) * KW + kx];                                                    \
+        a0##R += x0 * wt;                                                                    \
+        a1##R += x1 * wt;                                                                    \
+    }
+#define BAND_ST(R, epi, VEC)                                                                  \
+    {                                                                                        \
+        VEC v0_ = epi(a0##R + bo, act, ap), v1_ = epi(a1##R + bo, act, ap);                  \
+        memcpy(z0 + R * LW, &v0_, sizeof(VEC));                                              \
+        memcpy(z1 + R * LW, &v1_, sizeof(VEC));                                              \
+    }
+
+#define DWT 8 /* tiles computed together: independent FMA chains that hide the FMA latency */
+
+#define DEFINE_DW(SUFFIX, ATTR, VEC, VI, VB)                                                    \
+    ATTR static inline VEC ld1_##SUFFIX(const float *p, i64 sx_) {                                      \
+        VEC a;                                                                                 \
+        (void)sx_;                                                                             \
+        memcpy(&a, p, sizeof(VEC));                                                            \
+        return a;                                                                              \
+    }                                                                                          \
+    ATTR static inline VEC ld2_##SUFFIX(const float *p, i64 sx_) {                                      \
+        VEC a, b;                                                                              \
+        (void)sx_;                                                                             \
+        memcpy(&a, p, sizeof(VEC));                                                            \
+        memcpy(&b, p + VB - 1, sizeof(VEC));                                                   \
+        return __builtin_shuffle(a, b, EVEN_##SUFFIX);                                         \
+    }                                                                                          \
+    ATTR static inline VEC ldg_##SUFFIX(const float *p, i64 sx) {                              \
+        float l[VB];                                                                           \
+        for (int q = 0; q < VB; q++) l[q] = p[q * sx];                                         \
+        return ld1_##SUFFIX(l, 1);                                                             \
+    }                                                                                          \
+    ATTR static inline void st_##SUFFIX(float *d, VEC v, i64 n) {                              \
+        if (n == VB) {                                                                         \
+            memcpy(d, &v, sizeof(VEC));                                                        \
+        } else {                                                                               \
+            float l[VB];                                                                       \
+            memcpy(l, &v, sizeof(VEC));                                                        \
+            for (i64 q = 0; q < n; q++) d[q] = l[q];                                           \
+        }                                                                                      \
+    }                                                                                          \
+    DEFINE_BAND(SUFFIX, ATTR, VEC, 3, k3)                                                     \
+    DEFINE_BAND(SUFFIX, ATTR, VEC, 5, k5)                                                     \
+    DEFINE_BAND(SUFFIX, ATTR, VEC, 7, k7)                                                     \
+    DEFINE_BAND(SUFFIX, ATTR, VEC, KH, kKH)                                                   \
+    ATTR static void dw_##SUFFIX(const float *x, i64 C, i64 H, i64 W, i64 pt, i64 pl,          \
+                                 const float *w, i64 M, i64 KH, i64 KW,                        \
+                                 const float *bias, i64 sy, i64 sx, i64 dy, i64 dx, float *y,  \
+                                 i64 OH, i64 OW, int act, const float *ap, float *scr, i64 LW, \
+                                 float *zb) {                                                  \
+        i64 mult = M / C, K = KH * KW, nt = OW >= VB ? (OW + VB - 1) / VB : 1;                 \
+        i64 nst = OW >= VB ? VB : OW, tiles = OH * nt;                                         \
+        i64 offs[K];                                                                           \
+        for (i64 ky = 0, t = 0; ky < KH; ky++)                                                 \
+            for (i64 kx = 0; kx < KW; kx++) offs[t++] = ky * dy * LW + kx * dx;                \
+        for (i64 o = 0; o < M; o++) {                                                          \
+            if (o % mult == 0) {                                                               \
+                const float *xc = x + (o / mult) * H * W;                                      \
+                for (i64 r = 0; r < H; r++) { /* rows are short: no call per row */            \
+                    float *d = scr + (r + pt) * LW + pl;                                       \
+                    const float *sr = xc + r * W;                                              \
+                    i64 c = 0;                                                                 \
+                    for (; c + VB <= W; c += VB) memcpy(d + c, sr + c, sizeof(VEC));           \
+                    for (; c < W; c++) d[c] = sr[c];                                           \
+                }                                                                              \
+            }                                                                                  \
+            const float *wc = w + o * K;                                                       \
+            float bo = bias ? bias[o] : 0.0f, *yc = y + o * OH * OW;                           \
+            if (sx == 1 && sy == 1 && dy == 1) { /* bands of 4 output rows x 2 vectors */      \
+                i64 nvr = (LW + VB - 1) / VB;                                                  \
+                for (i64 r0 = 0; r0 < OH; r0 += 4) {                                           \
+                    const float *band = scr + r0 * LW;                                         \
+                    for (i64 v = 0; v < nvr; v += 2) {                                         \
+                        const float *p0 = band + v * VB, *p1 = band + (v + 1 < nvr ? v + 1 : v) * VB; \
+                        VEC a00, a01, a02, a03, a10, a11, a12, a13;                            \
+                        switch (KH) {                                                          \
+                        case 3: BAND_CALL(SUFFIX, 3, VEC); break;                                   \
+                        case 5: BAND_CALL(SUFFIX, 5, VEC); break;                                   \
+                        case 7: BAND_CALL(SUFFIX, 7, VEC); break;                                   \
+                        default: BAND_CALL(SUFFIX, KH, VEC);                                        \
+                        }                                                                      \
+                        float *z0 = zb + (p0 - scr), *z1 = zb + (p1 - scr);                   \
+                        BAND_ST(0, epi_##SUFFIX, VEC) BAND_ST(1, epi_##SUFFIX, VEC)                \
+                        BAND_ST(2, epi_##SUFFIX, VEC) BAND_ST(3, epi_##SUFFIX, VEC)                            \
+                    }                                                                          \
+                }                                                                              \
+                for (i64 r = 0; r < OH; r++) { /* drop the padding columns */                  \
+                    const float *sr = zb + r * LW;                                             \
+                    float *d = yc + r * OW;                                                    \
+                    i64 c = 0;                                                                 \
+                    for (; c + VB <= OW; c += VB) memcpy(d + c, sr + c, sizeof(VEC));          \
+                    for (; c < OW; c++) d[c] = sr[c];                                          \
+                }                                                                              \
+                continue;                                                                      \
+            }                                                                                  \
+            i64 th = 0, tc = 0; /* the next tile's output row and tile column (no division) */ \
+            for (i64 j0 = 0; j0 < tiles; j0 += DWT) {                                            \
+                const float *src[DWT];                                                         \
+                float *dst[DWT];                                                               \
+                for (int q = 0; q < DWT; q++) {                                                \
+                    if (j0 + q < tiles) {                                                      \
+                        i64 s = tc * VB;                                                       \
+                        if (OW >= VB && s > OW - VB) s = OW - VB;                              \
+                        src[q] = scr + th * sy * LW + s * sx;                                  \
+                        dst[q] = yc + th * OW + s;                                             \
+                        if (++tc == nt) tc = 0, th++;                                          \
+                    } else {                                                                   \
+                        src[q] = src[q - 1], dst[q] = dst[q - 1];                              \
+                    }                                                                          \
+                }                                                                              \
+                const float *s0 = src[0], *s1 = src[1], *s2 = src[2], *s3 = src[3];            \
+                const float *s4 = src[4], *s5 = src[5], *s6 = src[6], *s7 = src[7];            \
+                VEC a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0}, a6 = {0}, a7 = {0}; \
+                if (sx == 1) {                                                                 \
+                    DW_TAPS(ld1_##SUFFIX)                                                      \
+                } else if (sx == 2) {                                                          \
+                    DW_TAPS(ld2_##SUFFIX)                                                      \
+                } else {                                                                       \
+                    DW_TAPS(ldg_##SUFFIX)                                                      \
+                }                                                                              \
+                /* the last group may repeat its last tile: stores of equal values, in order */ \
+                st_##SUFFIX(dst[0], epi_##SUFFIX(a0 + bo, act, ap), nst);                      \
+                st_##SUFFIX(dst[1], epi_##SUFFIX(a1 + bo, act, ap), nst);                      \
+                st_##SUFFIX(dst[2], epi_##SUFFIX(a2 + bo, act, ap), nst);                      \
+                st_##SUFFIX(dst[3], epi_##SUFFIX(a3 + bo, act, ap), nst);                      \
+                st_##SUFFIX(dst[4], epi_##SUFFIX(a4 + bo, act, ap), nst);                      \
+                st_##SUFFIX(dst[5], epi_##SUFFIX(a5 + bo, act, ap), nst);                      \
+                st_##SUFFIX(dst[6], epi_##SUFFIX(a6 + bo, act, ap), nst);                      \
+                st_##SUFFIX(dst[7], epi_##SUFFIX(a7 + bo, act, ap), nst);                      \
             }                                                                                  \
         }                                                                                      \
     }
@@ -129,8 +352,14 @@ typedef float v16 __attribute__((vector_size(64)));
 typedef float v8 __attribute__((vector_size(32)));
 typedef int32_t vi16 __attribute__((vector_size(64)));
 typedef int32_t vi8 __attribute__((vector_size(32)));
+DEFINE_EPI(avx512, __attribute__((target("avx512f,fma"))), v16, vi16)
+DEFINE_EPI(avx2, __attribute__((target("avx2,fma"))), v8, vi8)
 DEFINE_CONV(avx512, __attribute__((target("avx512f,fma"))), v16, vi16, 16, 12)
 DEFINE_CONV(avx2, __attribute__((target("avx2,fma"))), v8, vi8, 8, 6)
+static const vi16 EVEN_avx512 = {0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29, 31};
+static const vi8 EVEN_avx2 = {0, 2, 4, 6, 9, 11, 13, 15};
+DEFINE_DW(avx512, __attribute__((target("avx512f,fma"))), v16, vi16, 16)
+DEFINE_DW(avx2, __attribute__((target("avx2,fma"))), v8, vi8, 8)
 #endif
 
 /* SIMD width in float lanes this CPU runs the kernel with (the packing's VB); 0: no kernel,
@@ -144,23 +373,64 @@ i64 npu_conv_lanes(void) {
     return 0;
 }
 
-/* y (M, OH, OW) = conv(xp (C, HP, WP), packed weights) + bias, then Relu when relu != 0;
- * lanes as npu_conv_lanes(); bias holds ceil(M / lanes) * lanes values (zeros past M). */
+/* y (M, OH, OW) = conv(xp (C, HP, WP), packed weights) + bias, then the epilogue act (ap: its
+ * constants); lanes as npu_conv_lanes(); bias holds ceil(M / lanes) * lanes values (zeros past M). */
 int npu_conv2d_f32(const float *xp, i64 C, i64 HP, i64 WP, const float *wpk, i64 M, i64 KH,
                    i64 KW, const float *bias, i64 sy, i64 sx, i64 dy, i64 dx, float *y, i64 OH,
-                   i64 OW, i64 lanes, i64 *offs, int relu) {
+                   i64 OW, i64 lanes, i64 *offs, int act, const float *ap) {
 #ifdef HAVE_X86
     if (lanes == 16) {
-        conv_avx512(xp, C, HP, WP, wpk, M, KH, KW, bias, sy, sx, dy, dx, y, OH, OW, offs, relu);
+        conv_avx512(xp, C, HP, WP, wpk, M, KH, KW, bias, sy, sx, dy, dx, y, OH, OW, offs, act, ap);
         return 0;
     }
     if (lanes == 8) {
-        conv_avx2(xp, C, HP, WP, wpk, M, KH, KW, bias, sy, sx, dy, dx, y, OH, OW, offs, relu);
+        conv_avx2(xp, C, HP, WP, wpk, M, KH, KW, bias, sy, sx, dy, dx, y, OH, OW, offs, act, ap);
         return 0;
     }
 #endif
     (void)xp; (void)C; (void)HP; (void)WP; (void)wpk; (void)M; (void)KH; (void)KW; (void)bias;
-    (void)sy; (void)sx; (void)dy; (void)dx; (void)y; (void)OH; (void)OW; (void)lanes; (void)offs; (void)relu;
+    (void)sy; (void)sx; (void)dy; (void)dx; (void)y; (void)OH; (void)OW; (void)lanes; (void)offs;
+    (void)act; (void)ap;
+    return -1;
+}
+
+/* Scratch floats npu_dwconv2d_f32 needs for a padded plane of HP x WP. */
+static i64 dw_row(i64 WP, i64 KW, i64 sy, i64 sx, i64 dy, i64 dx, i64 lanes) {
+    if (sx == 1 && sy == 1 && dy == 1) return WP; /* computed in bands of whole rows (read slack below) */
+    i64 need = (lanes - 1) * (sx > 2 ? sx : 2) + (KW - 1) * dx + lanes + 1;
+    return WP > need ? WP : need;
+}
+
+/* The padded plane (HP + 1 rows of dw_row floats, and slack for the last vectors' reads) and,
+ * at stride 1, the plane's output before its padding columns are dropped. */
+static i64 dw_plane(i64 HP, i64 WP, i64 KW, i64 sy, i64 sx, i64 dy, i64 dx, i64 lanes) {
+    return (HP + 5) * dw_row(WP, KW, sy, sx, dy, dx, lanes) + KW * dx + 4 * lanes;
+}
+
+i64 npu_dwconv_scratch(i64 HP, i64 WP, i64 KW, i64 sy, i64 sx, i64 dy, i64 dx, i64 lanes) {
+    return 2 * dw_plane(HP, WP, KW, sy, sx, dy, dx, lanes);
+}
+
+/* Depthwise y (M, OH, OW) of one unpadded image x (C, H, W), M a multiple of C, pads pt (top)
+ * and pl (left) within the padded HP x WP; scr: npu_dwconv_scratch() floats, all zero. */
+int npu_dwconv2d_f32(const float *x, i64 C, i64 H, i64 W, i64 pt, i64 pl, i64 HP, i64 WP,
+                     const float *w, i64 M, i64 KH, i64 KW, const float *bias, i64 sy, i64 sx,
+                     i64 dy, i64 dx, float *y, i64 OH, i64 OW, i64 lanes, int act,
+                     const float *ap, float *scr) {
+#ifdef HAVE_X86
+    i64 LW = dw_row(WP, KW, sy, sx, dy, dx, lanes), zoff = dw_plane(HP, WP, KW, sy, sx, dy, dx, lanes);
+    if (lanes == 16) {
+        dw_avx512(x, C, H, W, pt, pl, w, M, KH, KW, bias, sy, sx, dy, dx, y, OH, OW, act, ap, scr, LW, scr + zoff);
+        return 0;
+    }
+    if (lanes == 8) {
+        dw_avx2(x, C, H, W, pt, pl, w, M, KH, KW, bias, sy, sx, dy, dx, y, OH, OW, act, ap, scr, LW, scr + zoff);
+        return 0;
+    }
+#endif
+    (void)x; (void)C; (void)H; (void)W; (void)pt; (void)pl; (void)HP; (void)WP; (void)w; (void)M;
+    (void)KH; (void)KW; (void)bias; (void)sy; (void)sx; (void)dy; (void)dx; (void)y; (void)OH;
+    (void)OW; (void)lanes; (void)act; (void)ap; (void)scr;
     return -1;
 }
 

@@ -20,7 +20,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from nodes import direct_conv
 from nodes._util import prod, static_dims
-from nodes.kernels import conv2d_phases, conv2d_shifted, per_channel_, relu_, shifted_weights
+from nodes.kernels import conv2d_phases, conv2d_shifted, per_channel_, shifted_weights
 from nodes.registry import register
 from nodes.rules import WINDOW_RULES
 from nodes.spec import (
@@ -357,28 +357,27 @@ and at stride 2 (48 -> 24 on 160x160: 4.9 -> 5.3); even with 64 outputs (128 -> 
 SHIFTED_MAX_OUT = 32
 
 
-RELU_EPILOGUE = "relu_epilogue"
-"""Key of a Conv step's cache set by the fused plan (engine/sim/plan_fusion.py) when the Relu
-after it runs inside the Conv: the direct kernel applies it as it stores each output."""
+EPILOGUE = "epilogue"
+"""Key of a Conv step's cache set by the fused plan (engine/sim/plan_fusion.py) when the
+activation after it (a direct_conv.Epilogue: Relu, HardSwish) runs inside the Conv: the C
+kernels apply it as they store each output."""
 
 
 def conv_nd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequence[int],
             dils: Sequence[int], pb: Sequence[int], pe: Sequence[int], group: int,
-            cache: dict | None = None, relu: bool = False) -> np.ndarray:
+            cache: dict | None = None, epilogue: direct_conv.Epilogue | None = None) -> np.ndarray:
     """N-D grouped convolution of NC... ``x`` with (M, C/group, *k) ``w``; returns compute dtype.
-    ``cache`` (a kernel's per-node cache) keeps weights prepared for the shifted form. ``relu``:
-    the result is max(y, 0) (the direct kernel applies it as it stores each output; the other
-    paths in one pass afterwards): a fused plan's Conv -> Relu."""
-    y, done = _conv_nd(x, w, b, strides, dils, pb, pe, group, cache, relu)
-    if relu and not done:
-        y = relu_(y, out=y) if y.flags.c_contiguous else np.maximum(y, 0, out=y)
-    return y
+    ``cache`` (a kernel's per-node cache) keeps weights prepared for the shifted form.
+    ``epilogue``: an activation applied to the result (by the C kernels as they store each
+    output; on the other paths in one pass afterwards): a fused plan's Conv -> Relu."""
+    y, done = _conv_nd(x, w, b, strides, dils, pb, pe, group, cache, epilogue)
+    return epilogue.apply(y) if epilogue is not None and not done else y
 
 
 def _conv_nd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequence[int],
              dils: Sequence[int], pb: Sequence[int], pe: Sequence[int], group: int,
-             cache: dict | None, relu: bool) -> tuple[np.ndarray, bool]:
-    """conv_nd's result, and whether the Relu asked for is already applied."""
+             cache: dict | None, epilogue: direct_conv.Epilogue | None) -> tuple[np.ndarray, bool]:
+    """conv_nd's result, and whether the epilogue asked for is already applied."""
     cdt = compute_dtype(x.dtype)
     x = x.astype(cdt, copy=False)
     w = w.astype(cdt, copy=False)
@@ -403,6 +402,14 @@ def _conv_nd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequen
             y += b.astype(cdt, copy=False).reshape((1, m) + (1,) * len(out))
         return y, False
     ktot = prod(kernel)
+    if (group > 1 and cg == 1 and mg < direct_conv.DIRECT_MIN_GROUP_OUT and ktot > 1 and len(kernel) == 2
+            and cdt == np.float32 and direct_conv.lanes()):
+        prep = cache.get("direct") if cache is not None else None
+        if prep is None or not prep.fits(w, b):
+            prep = direct_conv.Depthwise(w, b)
+            if cache is not None:
+                cache["direct"] = prep
+        return prep(x, kernel, strides, dils, pb, pe, out, epilogue), True
     if group > 1 and ktot > 1 and len(kernel) == 2 and cg * mg <= DIRECT_GROUP_WIDTH:
         return conv2d_phases(x, w, b, strides, dils, (*pb, *pe), out), False
     if (len(kernel) == 2 and cdt == np.float32 and direct_conv.lanes() and (
@@ -413,7 +420,7 @@ def _conv_nd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequen
             prep = direct_conv.Prepared(w, b, group)
             if cache is not None:
                 cache["direct"] = prep
-        return prep(pad_spatial(x, pb, pe), strides, dils, out, relu), True
+        return prep(pad_spatial(x, pb, pe), strides, dils, out, epilogue), True
     if (group == 1 and ktot > 1 and len(kernel) == 2 and tuple(strides) == (1, 1) and m <= SHIFTED_MAX_OUT
             and c_in >= SHIFTED_MIN_RATIO * m):
         prep = cache.get("shifted") if cache is not None else None
@@ -507,14 +514,14 @@ class ConvSpec(OpSpec):
         if fast is not None and fast[0] is w and fast[1] is b and fast[2] == x.shape and fast[3] == x.dtype:
             y = np.matmul(fast[4], x.reshape(fast[5])).reshape(fast[7])
             y = y if fast[6] is None else add_bias(y, fast[6])
-            return relu_(y, out=y) if ctx.cache.get(RELU_EPILOGUE, False) else y
+            ep = ctx.cache.get(EPILOGUE)
+            return ep.apply(y) if ep is not None else y
         key = (x.shape, w.shape)
         geom = ctx.cache.get(key)
         if geom is None:
             geom = ctx.cache[key] = (*conv_geometry(ctx.attrs, x.shape, w.shape), int(ctx.attrs["group"]))
         strides, dils, pb, pe, group = geom
-        relu = ctx.cache.get(RELU_EPILOGUE, False)
-        y = conv_nd(x, w, b, strides, dils, pb, pe, group, ctx.cache, relu).astype(x.dtype, copy=False)
+        y = conv_nd(x, w, b, strides, dils, pb, pe, group, ctx.cache, ctx.cache.get(EPILOGUE)).astype(x.dtype, copy=False)
         if (group == 1 and x.shape[0] == 1 and x.ndim >= 3 and x.dtype in (np.float32, np.float64)
                 and "direct" not in ctx.cache  # conv_nd ran the direct kernel: no GEMM to repeat
                 and w.dtype == x.dtype and (b is None or b.dtype == x.dtype) and w.shape[2:] == (1,) * (x.ndim - 2)

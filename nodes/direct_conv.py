@@ -48,6 +48,46 @@ DIRECT_POINTWISE_MIN_MACS = 1 << 21
 on a 1x1 image, 2.6 us as a GEMM; 8 -> 8 on 24x96, 15 us)."""
 
 
+class Epilogue:
+    """An activation the kernels apply to each output as they store it (a fused plan's Conv ->
+    Relu, HardSwish, or HardSwish spelled out as y * clip(y + 3, 0, 6) / 6), with the unfused
+    kernels' roundings and NaN rules (nodes/_cconv.c: epi). ``apply`` is the same activation as
+    a pass of its own, for the convolution paths that do not run the C kernels."""
+
+    __slots__ = ("code", "params", "_ap")
+
+    RELU, HSWISH, HSCHAIN = 1, 2, 3
+
+    def __init__(self, code: int, params: Sequence[float] = ()) -> None:
+        self.code = code
+        self.params = tuple(params)
+        self._ap = np.zeros(5, np.float32)
+        self._ap[:len(self.params)] = self.params
+
+    def __repr__(self) -> str:
+        return f"Epilogue({self.code}, {self.params})"
+
+    @property
+    def ap(self) -> int:
+        return self._ap.ctypes.data
+
+    def apply(self, y: np.ndarray) -> np.ndarray:
+        from nodes.kernels import hard_swish_, hard_swish_chain_, relu_
+
+        contiguous = y.flags.c_contiguous and y.dtype in (np.float32, np.float64)
+        if self.code == self.RELU:
+            return relu_(y, out=y) if contiguous else np.maximum(y, 0, out=y)
+        if not contiguous:
+            y = np.ascontiguousarray(y)
+        if self.code == self.HSWISH:
+            return hard_swish_(y, out=y)
+        return hard_swish_chain_(y, *self.params)
+
+
+RELU = Epilogue(Epilogue.RELU)
+HARD_SWISH = Epilogue(Epilogue.HSWISH)
+
+
 @functools.lru_cache(maxsize=1)
 def _lib() -> ctypes.CDLL | None:
     if os.environ.get(DISABLE_ENV, "") not in ("", "0"):
@@ -62,7 +102,12 @@ def _lib() -> ctypes.CDLL | None:
     lib.npu_conv_lanes.argtypes = []
     lib.npu_conv2d_f32.restype = ctypes.c_int
     lib.npu_conv2d_f32.argtypes = [ptr, i64, i64, i64, ptr, i64, i64, i64, ptr, i64, i64, i64, i64,
-                                   ptr, i64, i64, i64, ptr, ctypes.c_int]
+                                   ptr, i64, i64, i64, ptr, ctypes.c_int, ptr]
+    lib.npu_dwconv_scratch.restype = i64
+    lib.npu_dwconv_scratch.argtypes = [i64] * 8
+    lib.npu_dwconv2d_f32.restype = ctypes.c_int
+    lib.npu_dwconv2d_f32.argtypes = [ptr, i64, i64, i64, i64, i64, i64, i64, ptr, i64, i64, i64, ptr, i64, i64,
+                                     i64, i64, ptr, i64, i64, i64, ctypes.c_int, ptr, ptr]
     return lib
 
 
@@ -105,10 +150,10 @@ class Prepared:
         return self.w is w and self.b is b
 
     def __call__(self, xp: np.ndarray, strides: Sequence[int], dils: Sequence[int], out_hw: Sequence[int],
-                 relu: bool = False) -> np.ndarray:
+                 epilogue: Epilogue | None = None) -> np.ndarray:
         """(N, M, OH, OW) float32 convolution of the padded input ``xp`` (N, C, HP, WP; the
-        padding already applied: the kernel reads it in place); ``relu``: max(y, 0) as
-        np.maximum gives it, applied as each output is stored."""
+        padding already applied: the kernel reads it in place); ``epilogue`` applied as each
+        output is stored."""
         run = _lib().npu_conv2d_f32
         group, _, cg, kh, kw, vb = self.packed.shape
         m = self.m
@@ -122,8 +167,54 @@ class Prepared:
         sy, sx, dh, dw = int(strides[0]), int(strides[1]), int(dils[0]), int(dils[1])
         x_img, y_img, x_grp, y_grp = c * hp * wp * 4, m * oh * ow * 4, cg * hp * wp * 4, mg * oh * ow * 4
         w_grp, b_grp = self.packed[0].nbytes, self.bias[0].nbytes
+        act, ap = (epilogue.code, epilogue.ap) if epilogue is not None else (0, None)
         for i in range(n):
             for g in range(group):
                 run(x0 + i * x_img + g * x_grp, cg, hp, wp, w0 + g * w_grp, mg, kh, kw, b0 + g * b_grp, sy, sx,
-                    dh, dw, y0 + i * y_img + g * y_grp, oh, ow, vb, offs.ctypes.data, int(relu))
+                    dh, dw, y0 + i * y_img + g * y_grp, oh, ow, vb, offs.ctypes.data, act, ap)
+        return y
+
+
+class Depthwise:
+    """One depthwise node's weights made ready for the C kernel (npu_dwconv2d_f32): every output
+    channel reads one input channel (group = C, M a multiple of C). The kernel pads each plane in
+    a scratch buffer in cache, so the input is read unpadded: no padding pass over the tensor.
+    Measured on one AVX-512 core against conv2d_phases (the numba kernel it replaces), bias and
+    epilogue included: see tests/bench/bench_kernels.py."""
+
+    __slots__ = ("b", "bias", "m", "vb", "w", "wk")
+
+    def __init__(self, w: np.ndarray, b: np.ndarray | None, vb: int | None = None) -> None:
+        self.w, self.b, self.vb = w, b, vb or lanes()
+        self.m = int(w.shape[0])
+        self.wk = np.ascontiguousarray(w, np.float32).reshape(self.m, -1)
+        self.bias = None if b is None else np.ascontiguousarray(b, np.float32).reshape(-1)
+
+    def fits(self, w: np.ndarray, b: np.ndarray | None) -> bool:
+        return self.w is w and self.b is b
+
+    def __call__(self, x: np.ndarray, kernel: Sequence[int], strides: Sequence[int], dils: Sequence[int],
+                 pb: Sequence[int], pe: Sequence[int], out_hw: Sequence[int],
+                 epilogue: Epilogue | None = None) -> np.ndarray:
+        """(N, M, OH, OW) float32 depthwise convolution of the unpadded ``x`` (N, C, H, W)."""
+        lib, vb = _lib(), self.vb
+        if min(pb) < 0 or min(pe) < 0:  # a negative pad crops: cut the input, pad by the rest
+            h, w_ = x.shape[2:]
+            x = x[:, :, max(-pb[0], 0):h - max(-pe[0], 0), max(-pb[1], 0):w_ - max(-pe[1], 0)]
+            pb, pe = [max(p, 0) for p in pb], [max(p, 0) for p in pe]
+        x = np.ascontiguousarray(x, np.float32)
+        n, c, h, w_ = x.shape
+        hp, wp = h + pb[0] + pe[0], w_ + pb[1] + pe[1]
+        (kh, kw), (sy, sx), (dy, dx) = kernel, strides, dils
+        oh, ow = int(out_hw[0]), int(out_hw[1])
+        m = self.m
+        y = np.empty((n, m, oh, ow), np.float32)
+        scr = np.zeros(lib.npu_dwconv_scratch(hp, wp, kw, sy, sx, dy, dx, vb), np.float32)
+        act, ap = (epilogue.code, epilogue.ap) if epilogue is not None else (0, None)
+        b0 = self.bias.ctypes.data if self.bias is not None else None
+        x_img, y_img = c * h * w_ * 4, m * oh * ow * 4
+        for i in range(n):
+            lib.npu_dwconv2d_f32(x.ctypes.data + i * x_img, c, h, w_, pb[0], pb[1], hp, wp, self.wk.ctypes.data,
+                                 m, kh, kw, b0, sy, sx, dy, dx, y.ctypes.data + i * y_img, oh, ow, vb, act, ap,
+                                 scr.ctypes.data)
         return y

@@ -24,9 +24,9 @@ folded on the first run):
   whose consumers all chain per channel: the normalization and the chain in one pass that
   reads the input and writes the output (NormChain; DenseNet's 63 BN, Mul, Add, Relu: 97 ->
   91 ms, BLAS 1 thread), the same operations in the same order (same numbers).
-- A Relu right after a Conv (its only reader, or the first post-op left after the above): the
-  Conv applies it (nodes.conv.RELU_EPILOGUE; the direct kernel as it stores each output, no
-  pass of its own), the values np.maximum gives.
+- A Relu, HardSwish or spelled-out HardSwish right after a Conv (its only reader, or the first
+  post-op left after the above): the Conv applies it (nodes.conv.EPILOGUE; the C kernels as
+  they store each output, no pass of its own), the values the unfused kernels give.
 - A residual Add or Sum of two values whose only reader is a ReLU: the sum and the ReLU in
   one compiled pass (AddRelu; ResNet-50's 16 Sum, Relu pairs), the same roundings.
 - A dynamically quantized conv's tail, ConvInteger -> Add(int32 bias) -> Cast(float) -> Mul(scale):
@@ -56,7 +56,8 @@ import numpy as np
 
 from engine.passes.fuse_bn import bn_affine
 from nodes import registry
-from nodes.conv import RELU_EPILOGUE
+from nodes.conv import EPILOGUE
+from nodes.direct_conv import HARD_SWISH, RELU, Epilogue
 from nodes.kernels import CHANNEL_CODES
 from nodes.spec import RunContext
 
@@ -126,6 +127,21 @@ class HardSwishChain:
         for fn, ctx, inputs, out in self.steps:
             env[out] = _array(fn(ctx, *[env[n] if n in env else self.consts.get(n) for n in inputs]))
         return env[self.steps[-1][3]]
+
+
+def _epilogue(conv: Any, p: PostOp) -> Epilogue | None:
+    """A Conv's first post-op as an epilogue its kernels apply as they store each output (Relu,
+    HardSwish, a spelled-out HardSwish on float32), else None."""
+    if p.extra is not None or p.ctx.node.domain:
+        return None
+    if p.op == "Relu":
+        return RELU
+    f32 = conv.node.inputs[0].type.dtype == np.float32 and conv.node.outputs[0].type.dtype == np.float32
+    if p.op == "HardSwish" and f32:
+        return HARD_SWISH
+    if isinstance(p.fn, HardSwishChain) and f32 and p.fn.dtypes == {np.dtype(np.float32)}:
+        return Epilogue(Epilogue.HSCHAIN, p.fn.params)
+    return None
 
 
 def _chainable(p: PostOp) -> bool:
@@ -414,10 +430,11 @@ class _Fuser:
             posts.append(post)
         if self.norm_chain(step, posts):
             return
-        if (step.spec.op_type == "Conv" and posts and posts[0].op == "Relu" and posts[0].extra is None
-                and not posts[0].ctx.node.domain):
-            step.ctx.cache[RELU_EPILOGUE] = True  # the Conv applies it as it stores its output
-            posts = posts[1:]
+        if step.spec.op_type == "Conv" and posts:
+            ep = _epilogue(step, posts[0])
+            if ep is not None:
+                step.ctx.cache[EPILOGUE] = ep  # the Conv applies it as it stores its output
+                posts = posts[1:]
         step.post = _chain_channel_ops(posts)
 
     def int_bias_scale(self, k: int) -> None:

@@ -26,12 +26,13 @@ def _widths() -> list[int]:
 
 
 def _run(x, w, b, strides, pads, dils, group, vb, relu=False):
+    ep = direct_conv.RELU if relu else None
     from nodes.conv import pad_spatial
 
     n = 2
     out = [(x.shape[2 + i] + pads[i] + pads[n + i] - ((w.shape[2 + i] - 1) * dils[i] + 1)) // strides[i] + 1
            for i in range(n)]
-    return direct_conv.Prepared(w, b, group, vb)(pad_spatial(x, pads[:n], pads[n:]), strides, dils, out, relu)
+    return direct_conv.Prepared(w, b, group, vb)(pad_spatial(x, pads[:n], pads[n:]), strides, dils, out, ep)
 
 
 def test_the_kernel_is_built_and_runs_on_this_cpu():
@@ -125,7 +126,7 @@ def test_conv_relu_plan_runs_the_relu_in_the_conv():
     fused = engine.execute(graph, {"x": x})["y"]
     ex = engine._executors[graph]
     plan = next(iter(ex._plans.values()))
-    assert [s.spec.op_type for s in plan.steps] == ["Conv"] and plan.steps[0].ctx.cache.get("relu_epilogue")
+    assert [s.spec.op_type for s in plan.steps] == ["Conv"] and plan.steps[0].ctx.cache.get("epilogue") is direct_conv.RELU
     unfused = engine.execute(graph, {"x": x}, keep_all=True)
     seen = unfused["c"]
     np.testing.assert_array_equal(fused, np.maximum(seen, 0))
@@ -139,9 +140,9 @@ def test_numpy_path_when_disabled(monkeypatch):
     x = rng.standard_normal((1, 6, 9, 9)).astype(np.float32)
     w = rng.standard_normal((10, 6, 3, 3)).astype(np.float32)
     b = rng.standard_normal(10).astype(np.float32)
-    fast = conv_nd(x, w, b, [1, 1], [1, 1], [1, 1], [1, 1], 1, {}, relu=True)
+    fast = conv_nd(x, w, b, [1, 1], [1, 1], [1, 1], [1, 1], 1, {}, direct_conv.RELU)
     monkeypatch.setattr(direct_conv, "lanes", lambda: 0)
-    slow = conv_nd(x, w, b, [1, 1], [1, 1], [1, 1], [1, 1], 1, {}, relu=True)
+    slow = conv_nd(x, w, b, [1, 1], [1, 1], [1, 1], [1, 1], 1, {}, direct_conv.RELU)
     np.testing.assert_allclose(fast, slow, rtol=1e-5, atol=1e-5)
     assert (slow >= 0).all() and (slow == 0).any()
 
@@ -164,3 +165,114 @@ def test_small_pointwise_convs_take_the_kernel_and_keep_their_values(monkeypatch
         np.testing.assert_allclose(conv_nd(x, w, None, [1, 1], [1, 1], [0, 0], [0, 0], 1, {}), ref,
                                    rtol=1e-4, atol=1e-4)
     assert calls == [(1, 512, 7, 7)]
+
+
+DW_CASES = [
+    # (N, C, H, W), outputs per channel, (KH, KW), strides, pads (t, l, b, r), dils
+    ((1, 5, 9, 40), 1, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # 40 wide: the last tile overlaps
+    ((2, 3, 11, 37), 1, (5, 5), (2, 2), (2, 2, 2, 2), (1, 1)),  # stride 2 (even-lane shuffle), batch 2
+    ((1, 4, 7, 7), 1, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # rows narrower than a vector
+    ((1, 3, 6, 5), 1, (3, 3), (2, 2), (0, 1, 1, 0), (1, 1)),  # narrow at stride 2, asymmetric pads
+    ((1, 2, 13, 50), 1, (3, 3), (3, 3), (1, 1, 1, 1), (1, 1)),  # stride 3: lane-by-lane gather
+    ((1, 3, 12, 33), 1, (3, 3), (1, 1), (2, 2, 2, 2), (2, 2)),  # dilated
+    ((1, 3, 10, 20), 2, (3, 3), (1, 2), (1, 1, 1, 1), (1, 1)),  # two outputs per channel, mixed strides
+    ((1, 4, 3, 30), 1, (1, 7), (1, 1), (0, 3, 0, 3), (1, 1)),  # PP-OCR's 1x7
+    ((1, 2, 10, 18), 1, (3, 3), (1, 1), (-1, 1, 0, -2), (1, 1)),  # negative pads crop
+    ((1, 6, 1, 1), 1, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # a 1x1 image: every tap but one is padding
+]
+
+
+def _dw(x, w, b, kernel, strides, pads, dils, vb, ep=None):
+    n = 2
+    out = [(x.shape[2 + i] + pads[i] + pads[n + i] - ((kernel[i] - 1) * dils[i] + 1)) // strides[i] + 1
+           for i in range(n)]
+    return direct_conv.Depthwise(w, b, vb)(x, kernel, strides, dils, pads[:n], pads[n:], out, ep)
+
+
+@pytest.mark.parametrize("vb", _widths())
+@pytest.mark.parametrize(("x_shape", "mult", "kernel", "strides", "pads", "dils"), DW_CASES)
+def test_depthwise_conv_matches_the_definition(x_shape, mult, kernel, strides, pads, dils, vb):
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    c = x_shape[1]
+    w = rng.standard_normal((c * mult, 1, *kernel)).astype(np.float32)
+    b = rng.standard_normal(c * mult).astype(np.float32)
+    crop = x[:, :, max(0, -pads[0]):x.shape[2] - max(0, -pads[2]), max(0, -pads[1]):x.shape[3] - max(0, -pads[3])]
+    ref = naive_conv(crop, w, b, list(strides), [max(0, p) for p in pads], list(dils), c)
+    y = _dw(x, w, b, kernel, strides, pads, dils, vb)
+    assert y.shape == ref.shape and y.dtype == np.float32
+    np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("vb", _widths())
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("width", range(1, 41))
+def test_every_depthwise_row_width(width, stride, vb):
+    """Rows of any width land every output: whole vectors, an overlapping last tile, or one
+    partial tile stored lane by lane; the scratch's slack is never read into a stored lane."""
+    rng = np.random.default_rng(width)
+    x = rng.standard_normal((1, 3, 5, width)).astype(np.float32)
+    w = rng.standard_normal((3, 1, 3, 3)).astype(np.float32)
+    ref = naive_conv(x, w, None, [stride, stride], [1, 1, 1, 1], [1, 1], 3)
+    got = _dw(x, w, None, (3, 3), (stride, stride), (1, 1, 1, 1), (1, 1), vb)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+EPILOGUES = [direct_conv.RELU, direct_conv.HARD_SWISH] + [
+    direct_conv.Epilogue(direct_conv.Epilogue.HSCHAIN, (3.0, 0.0, 6.0, k, mode))
+    for mode, k in ((0, 6.0), (1, 1 / 6), (2, 6.0), (3, 1 / 6))]
+
+
+@pytest.mark.parametrize("vb", _widths())
+@pytest.mark.parametrize("ep", EPILOGUES, ids=repr)
+@pytest.mark.parametrize("kind", ["dense", "depthwise"])
+def test_an_epilogue_gives_the_unfused_activations_values(kind, ep, vb):
+    """The activation applied as each output is stored equals, bit for bit, the activation's own
+    pass over the stored output (what the unfused plan runs): NaN, -0 and every clip branch."""
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((1, 4, 6, 21)) * 4).astype(np.float32)
+    x[0, 1, 2, 3] = np.nan
+    x[0, 2, 4, 5] = -0.0
+    if kind == "dense":
+        w = rng.standard_normal((20, 4, 3, 3)).astype(np.float32)
+        run = lambda e: _run(x, w, None, (1, 1), (1, 1, 1, 1), (1, 1), 1, vb, False) if e is None else \
+            direct_conv.Prepared(w, None, 1, vb)(np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))), (1, 1), (1, 1), (6, 21), e)
+    else:
+        w = rng.standard_normal((4, 1, 3, 3)).astype(np.float32)
+        run = lambda e: _dw(x, w, None, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), vb, e)
+    plain = run(None)
+    want = ep.apply(plain.copy())
+    got = run(ep)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    assert np.isnan(got).any() and (got == 0).any() and (got > 0).any()
+
+
+def test_depthwise_convs_take_the_kernel_in_a_model_and_keep_onnxruntimes_values():
+    """A MobileNet-style block (depthwise 3x3 at stride 2, HardSwish) runs the depthwise kernel
+    with the HardSwish inside it, and matches onnxruntime."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    ort = pytest.importorskip("onnxruntime")
+    rng = np.random.default_rng(8)
+    w = rng.standard_normal((16, 1, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(16).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], strides=[2, 2], group=16),
+         helper.make_node("HardSwish", ["c"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 29, 43])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 15, 22])],
+        [onnx.numpy_helper.from_array(w, "w"), onnx.numpy_helper.from_array(b, "b")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    graph = engine.load(model)
+    x = (rng.standard_normal((1, 16, 29, 43)) * 3).astype(np.float32)
+    fused = engine.execute(graph, {"x": x})["y"]
+    plan = next(iter(engine._executors[graph]._plans.values()))
+    step = plan.steps[0]
+    assert [s.spec.op_type for s in plan.steps] == ["Conv"]
+    assert isinstance(step.ctx.cache.get("direct"), direct_conv.Depthwise)
+    assert step.ctx.cache.get("epilogue") is direct_conv.HARD_SWISH
+    np.testing.assert_array_equal(fused, engine.execute(graph, {"x": x}, keep_all=True)["y"])
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(fused, sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
