@@ -346,6 +346,139 @@ typedef void (*blk_fn)(const float *, const float *, const float *, float *, i64
         }                                                                                      \
     }
 
+
+/* Max or average pooling of float32 planes (nodes.kernels.pool2d), the numba kernel's order
+ * (nodes/_kernels_jit.py pool2d_separable): per output row the kh input rows combine column by
+ * column into a padded-width row acc (fill -inf / 0 in the borders), then the kw taps along it
+ * (at stride 2 over its even and odd columns), then the divisor. Max propagates NaN and returns
+ * the second operand of equal values, as np.maximum does. */
+#define DEFINE_POOL(SUFFIX, ATTR, VEC, VI, VB)                                                  \
+    ATTR static inline VEC pmax_##SUFFIX(VEC a, VEC b) {                                       \
+        return sel_##SUFFIX((a > b) | (a != a), a, b);                                         \
+    }                                                                                          \
+    ATTR static void combine_##SUFFIX(float *restrict d, const float *restrict s, i64 n, int mx) { \
+        i64 j = 0;                                                                             \
+        for (; j + VB <= n; j += VB) {                                                         \
+            VEC a, b;                                                                          \
+            memcpy(&a, d + j, sizeof(VEC));                                                    \
+            memcpy(&b, s + j, sizeof(VEC));                                                    \
+            a = mx ? pmax_##SUFFIX(a, b) : a + b;                                              \
+            memcpy(d + j, &a, sizeof(VEC));                                                    \
+        }                                                                                      \
+        if (j < n) { /* the tail through a vector on the stack: no scalar branches */          \
+            float ta[VB] = {0}, tb[VB] = {0};                                                  \
+            VEC a, b;                                                                          \
+            memcpy(ta, d + j, (n - j) * sizeof(float));                                        \
+            memcpy(tb, s + j, (n - j) * sizeof(float));                                        \
+            memcpy(&a, ta, sizeof(VEC));                                                       \
+            memcpy(&b, tb, sizeof(VEC));                                                       \
+            a = mx ? pmax_##SUFFIX(a, b) : a + b;                                              \
+            memcpy(ta, &a, sizeof(VEC));                                                       \
+            memcpy(d + j, ta, (n - j) * sizeof(float));                                        \
+        }                                                                                      \
+    }                                                                                          \
+    ATTR static void pool_##SUFFIX(const float *x, i64 P, i64 H, i64 W, float *y, i64 OH,     \
+                                   i64 OW, i64 kh, i64 kw, i64 sy, i64 sx, i64 dh, i64 dw,     \
+                                   i64 pt, i64 pl, int mx, const float *div, float *acc,       \
+                                   i64 wp, float *flat) {                                      \
+        float fill = mx ? -__builtin_inff() : 0.0f;                                            \
+        i64 half = (wp + 1) / 2;                                                               \
+        float *ev = acc + wp + VB, *od = ev + half + VB;                                       \
+        if (sx == 1 && sy == 1) { /* whole planes: the same sums, long loops, no per-row cost */ \
+            i64 hpp = OH + (kh - 1) * dh, wpp = wp, n = OH * wpp;                              \
+            if (pt + H > hpp) hpp = pt + H;                                                    \
+            float *S = flat, *V = S + hpp * wpp, *Z = V + n + kw * dw + VB;                    \
+            for (i64 i = 0; i < hpp * wpp; i++) S[i] = fill;                                   \
+            for (i64 i = 0; i < kw * dw + VB; i++) V[n + i] = fill;                            \
+            for (i64 pi = 0; pi < P; pi++) {                                                   \
+                const float *xc = x + pi * H * W;                                              \
+                float *yc = y + pi * OH * OW;                                                  \
+                for (i64 r = 0; r < H; r++) memcpy(S + (r + pt) * wpp + pl, xc + r * W, W * sizeof(float)); \
+                memcpy(V, S, n * sizeof(float));                                               \
+                for (i64 ky = 1; ky < kh; ky++) combine_##SUFFIX(V, S + ky * dh * wpp, n, mx); \
+                memcpy(Z, V, n * sizeof(float));                                              \
+                for (i64 kx = 1; kx < kw; kx++) combine_##SUFFIX(Z, V + kx * dw, n, mx);       \
+                for (i64 oy = 0; oy < OH; oy++) memcpy(yc + oy * OW, Z + oy * wpp, OW * sizeof(float)); \
+                if (div)                                                                       \
+                    for (i64 j = 0; j < OH * OW; j++) yc[j] = yc[j] / div[j];                  \
+            }                                                                                  \
+            return;                                                                            \
+        }                                                                                      \
+        if (sx == 2) { /* rows combined per output row, then the taps over whole half-planes */ \
+            i64 hpp = (OH - 1) * sy + (kh - 1) * dh + 1, wpp = wp + (wp & 1), hw = wpp / 2;    \
+            if (pt + H > hpp) hpp = pt + H;                                                    \
+            i64 n = OH * hw;                                                                   \
+            float *S = flat, *V = S + hpp * wpp, *E = V + OH * wpp, *O = E + n + kw * dw + VB; \
+            float *Z = O + n + kw * dw + VB;                                                   \
+            for (i64 i = 0; i < hpp * wpp; i++) S[i] = fill;                                   \
+            for (i64 i = 0; i < kw * dw + VB; i++) E[n + i] = fill, O[n + i] = fill;           \
+            for (i64 pi = 0; pi < P; pi++) {                                                   \
+                const float *xc = x + pi * H * W;                                              \
+                float *yc = y + pi * OH * OW;                                                  \
+                for (i64 r = 0; r < H; r++) memcpy(S + (r + pt) * wpp + pl, xc + r * W, W * sizeof(float)); \
+                for (i64 oy = 0; oy < OH; oy++) {                                              \
+                    float *v = V + oy * wpp;                                                   \
+                    memcpy(v, S + oy * sy * wpp, wpp * sizeof(float));                         \
+                    for (i64 ky = 1; ky < kh; ky++)                                            \
+                        combine_##SUFFIX(v, S + (oy * sy + ky * dh) * wpp, wpp, mx);           \
+                }                                                                              \
+                for (i64 i = 0; i < n; i++) E[i] = V[2 * i], O[i] = V[2 * i + 1];              \
+                memcpy(Z, E, n * sizeof(float));                                               \
+                for (i64 kx = 1; kx < kw; kx++) {                                              \
+                    i64 t = kx * dw;                                                           \
+                    combine_##SUFFIX(Z, (t % 2 ? O : E) + t / 2, n, mx);                       \
+                }                                                                              \
+                for (i64 oy = 0; oy < OH; oy++) memcpy(yc + oy * OW, Z + oy * hw, OW * sizeof(float)); \
+                if (div)                                                                       \
+                    for (i64 j = 0; j < OH * OW; j++) yc[j] = yc[j] / div[j];                  \
+            }                                                                                  \
+            return;                                                                            \
+        }                                                                                      \
+        for (i64 j = 0; j < pl; j++) acc[j] = fill;                                            \
+        for (i64 j = pl + W; j < wp; j++) acc[j] = fill;                                       \
+        for (i64 pi = 0; pi < P; pi++) {                                                       \
+            const float *xc = x + pi * H * W;                                                  \
+            float *yc = y + pi * OH * OW;                                                      \
+            for (i64 oy = 0; oy < OH; oy++) {                                                  \
+                float *seg = acc + pl, *dst = yc + oy * OW;                                    \
+                i64 r = oy * sy - pt;                                                          \
+                if (r >= 0 && r < H) memcpy(seg, xc + r * W, W * sizeof(float));               \
+                else for (i64 j = 0; j < W; j++) seg[j] = fill;                                \
+                for (i64 ky = 1; ky < kh; ky++) {                                              \
+                    r = oy * sy + ky * dh - pt;                                                \
+                    if (r >= 0 && r < H) combine_##SUFFIX(seg, xc + r * W, W, mx);             \
+                    else if (!mx) for (i64 j = 0; j < W; j++) seg[j] = seg[j] + fill;          \
+                }                                                                              \
+                if (sx == 1) {                                                                 \
+                    memcpy(dst, acc, OW * sizeof(float));                                      \
+                    for (i64 kx = 1; kx < kw; kx++) combine_##SUFFIX(dst, acc + kx * dw, OW, mx); \
+                } else if (sx == 2) {                                                          \
+                    for (i64 j = 0; j < wp / 2; j++) ev[j] = acc[2 * j], od[j] = acc[2 * j + 1];  \
+                    if (wp % 2) ev[wp / 2] = acc[wp - 1];                                      \
+                    memcpy(dst, ev, OW * sizeof(float));                                       \
+                    for (i64 kx = 1; kx < kw; kx++) {                                          \
+                        i64 t = kx * dw;                                                       \
+                        combine_##SUFFIX(dst, (t % 2 ? od : ev) + t / 2, OW, mx);              \
+                    }                                                                          \
+                } else {                                                                       \
+                    for (i64 ox = 0; ox < OW; ox++) {                                          \
+                        const float *row = acc + ox * sx;                                      \
+                        float m = row[0];                                                      \
+                        for (i64 kx = 1; kx < kw; kx++) {                                      \
+                            float v = row[kx * dw];                                            \
+                            m = mx ? ((m > v || m != m) ? m : v) : m + v;                      \
+                        }                                                                      \
+                        dst[ox] = m;                                                           \
+                    }                                                                          \
+                }                                                                              \
+                if (div) {                                                                     \
+                    const float *dv = div + oy * OW;                                           \
+                    for (i64 j = 0; j < OW; j++) dst[j] = dst[j] / dv[j];                      \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+    }
+
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #define HAVE_X86 1
 typedef float v16 __attribute__((vector_size(64)));
@@ -360,6 +493,8 @@ static const vi16 EVEN_avx512 = {0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 
 static const vi8 EVEN_avx2 = {0, 2, 4, 6, 9, 11, 13, 15};
 DEFINE_DW(avx512, __attribute__((target("avx512f,fma"))), v16, vi16, 16)
 DEFINE_DW(avx2, __attribute__((target("avx2,fma"))), v8, vi8, 8)
+DEFINE_POOL(avx512, __attribute__((target("avx512f,fma"))), v16, vi16, 16)
+DEFINE_POOL(avx2, __attribute__((target("avx2,fma"))), v8, vi8, 8)
 #endif
 
 /* SIMD width in float lanes this CPU runs the kernel with (the packing's VB); 0: no kernel,
@@ -431,6 +566,47 @@ int npu_dwconv2d_f32(const float *x, i64 C, i64 H, i64 W, i64 pt, i64 pl, i64 HP
     (void)x; (void)C; (void)H; (void)W; (void)pt; (void)pl; (void)HP; (void)WP; (void)w; (void)M;
     (void)KH; (void)KW; (void)bias; (void)sy; (void)sx; (void)dy; (void)dx; (void)y; (void)OH;
     (void)OW; (void)lanes; (void)act; (void)ap; (void)scr;
+    return -1;
+}
+
+/* Scratch floats npu_pool2d_f32 needs: the combined row and its even and odd halves; at
+ * stride 1 the padded plane and two planes of row-combined, then tap-combined, sums. */
+i64 npu_pool_scratch(i64 H, i64 W, i64 OH, i64 OW, i64 kh, i64 kw, i64 sy, i64 sx, i64 dh, i64 dw,
+                     i64 pt, i64 pl) {
+    i64 wp = pl + W, need = (OW - 1) * sx + (kw - 1) * dw + 1, hpp = OH + (kh - 1) * dh;
+    if (need > wp) wp = need;
+    if (pt + H > hpp) hpp = pt + H;
+    i64 rows = 2 * wp + 4 * 16 + 2;
+    if (sx == 1 && sy == 1) return rows + hpp * wp + 2 * OH * wp + kw * dw + 2 * 16;
+    if (sx == 2) { /* the plane at an even width, the row-combined rows, its halves, the taps */
+        hpp = (OH - 1) * sy + (kh - 1) * dh + 1;
+        if (pt + H > hpp) hpp = pt + H;
+        wp += wp & 1;
+        return rows + hpp * wp + OH * wp + 3 * (OH * wp / 2 + kw * dw + 16);
+    }
+    return rows;
+}
+
+/* P planes x (H, W) pooled into y (P, OH, OW): max (mx) or sum, divided by div (OH, OW) when
+ * div is not NULL; pads pt (top) and pl (left), the rest as far as the windows reach. */
+int npu_pool2d_f32(const float *x, i64 P, i64 H, i64 W, float *y, i64 OH, i64 OW, i64 kh, i64 kw,
+                   i64 sy, i64 sx, i64 dh, i64 dw, i64 pt, i64 pl, int mx, const float *div,
+                   float *scr, i64 lanes) {
+    i64 wp = pl + W, need = (OW - 1) * sx + (kw - 1) * dw + 1;
+    if (need > wp) wp = need;
+    float *flat = scr + 2 * wp + 4 * 16 + 2;
+#ifdef HAVE_X86
+    if (lanes == 16) {
+        pool_avx512(x, P, H, W, y, OH, OW, kh, kw, sy, sx, dh, dw, pt, pl, mx, div, scr, wp, flat);
+        return 0;
+    }
+    if (lanes == 8) {
+        pool_avx2(x, P, H, W, y, OH, OW, kh, kw, sy, sx, dh, dw, pt, pl, mx, div, scr, wp, flat);
+        return 0;
+    }
+#endif
+    (void)x; (void)P; (void)H; (void)W; (void)y; (void)OH; (void)OW; (void)kh; (void)kw; (void)sy;
+    (void)sx; (void)dh; (void)dw; (void)pt; (void)pl; (void)mx; (void)div; (void)scr; (void)wp; (void)flat;
     return -1;
 }
 

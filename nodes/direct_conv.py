@@ -103,6 +103,11 @@ def _lib() -> ctypes.CDLL | None:
     lib.npu_conv2d_f32.restype = ctypes.c_int
     lib.npu_conv2d_f32.argtypes = [ptr, i64, i64, i64, ptr, i64, i64, i64, ptr, i64, i64, i64, i64,
                                    ptr, i64, i64, i64, ptr, ctypes.c_int, ptr]
+    lib.npu_pool_scratch.restype = i64
+    lib.npu_pool_scratch.argtypes = [i64] * 12
+    lib.npu_pool2d_f32.restype = ctypes.c_int
+    lib.npu_pool2d_f32.argtypes = [ptr, i64, i64, i64, ptr, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64,
+                                   ctypes.c_int, ptr, ptr, i64]
     lib.npu_dwconv_scratch.restype = i64
     lib.npu_dwconv_scratch.argtypes = [i64] * 8
     lib.npu_dwconv2d_f32.restype = ctypes.c_int
@@ -218,3 +223,20 @@ class Depthwise:
                                  m, kh, kw, b0, sy, sx, dy, dx, y.ctypes.data + i * y_img, oh, ow, vb, act, ap,
                                  scr.ctypes.data)
         return y
+
+
+def pool2d(x: np.ndarray, kernel: Sequence[int], out_hw: Sequence[int], strides: Sequence[int],
+           dils: Sequence[int], is_max: bool, pads: Sequence[int], div: np.ndarray | None,
+           vb: int | None = None) -> np.ndarray:
+    """nodes.kernels.pool2d of a C-contiguous float32 ``x`` on the C kernel (npu_pool2d_f32): the
+    numba kernel's order of operations, vector loops for the row combines and the taps."""
+    lib, vb = _lib(), vb or lanes()
+    n, c, h, w = x.shape
+    oh, ow = int(out_hw[0]), int(out_hw[1])
+    (kh, kw), (sy, sx), (dh, dw), (pt, pl) = kernel, strides, dils, pads
+    y = np.empty((n, c, oh, ow), np.float32)
+    scr = np.empty(lib.npu_pool_scratch(h, w, oh, ow, kh, kw, sy, sx, dh, dw, pt, pl), np.float32)
+    d = None if div is None else np.ascontiguousarray(np.broadcast_to(div, (oh, ow)), np.float32)
+    lib.npu_pool2d_f32(x.ctypes.data, n * c, h, w, y.ctypes.data, oh, ow, kh, kw, sy, sx, dh, dw, pt, pl,
+                       int(is_max), None if d is None else d.ctypes.data, scr.ctypes.data, vb)
+    return y

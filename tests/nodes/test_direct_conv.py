@@ -276,3 +276,34 @@ def test_depthwise_convs_take_the_kernel_in_a_model_and_keep_onnxruntimes_values
     np.testing.assert_array_equal(fused, engine.execute(graph, {"x": x}, keep_all=True)["y"])
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(fused, sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
+POOL_CASES = [
+    # (N, C, H, W), kernel, strides, dils, pads (top, left), output (OH, OW)
+    ((1, 3, 28, 28), (3, 3), (1, 1), (1, 1), (1, 1), (28, 28)),  # Inception's 3x3 s1 pools
+    ((2, 4, 13, 13), (3, 3), (2, 2), (1, 1), (0, 0), (7, 7)),  # ceil mode: the last window hangs over
+    ((1, 5, 17, 30), (3, 3), (2, 2), (1, 1), (1, 1), (9, 15)),  # stride 2 with pads, odd padded width
+    ((1, 2, 11, 9), (2, 3), (1, 1), (2, 1), (1, 0), (10, 7)),  # dilated, rectangular
+    ((1, 2, 12, 20), (3, 2), (3, 3), (1, 1), (1, 1), (4, 7)),  # stride 3: the per-row path
+    ((1, 6, 5, 3), (5, 5), (1, 1), (1, 1), (2, 2), (5, 3)),  # windows wider than the image
+    ((1, 3, 20, 41), (3, 3), (2, 1), (1, 1), (1, 1), (10, 41)),  # mixed strides
+]
+
+
+@pytest.mark.parametrize("vb", _widths())
+@pytest.mark.parametrize("is_max", [True, False], ids=["max", "avg"])
+@pytest.mark.parametrize(("x_shape", "kernel", "strides", "dils", "pads", "out"), POOL_CASES)
+def test_pooling_matches_the_numba_kernel_bit_for_bit(x_shape, kernel, strides, dils, pads, out, is_max, vb):
+    """The C pool (whole planes at stride 1, half-planes at stride 2, rows otherwise) gives the
+    numba kernel's values exactly: the same sums in the same order, max propagating NaN."""
+    from nodes._kernels_jit import pool2d_separable
+
+    rng = np.random.default_rng(sum(x_shape))
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    x[0, 0, 2, 2] = np.nan
+    div = None if is_max else (rng.integers(1, 9, out) + 0.5).astype(np.float32)
+    got = direct_conv.pool2d(x, kernel, out, strides, dils, is_max, pads, div, vb)
+    want = np.empty((*x_shape[:2], *out), np.float32)
+    pool2d_separable(x, want, *kernel, *strides, *dils, *pads, is_max, np.empty((0, 0), np.float32) if div is None else div)
+    np.testing.assert_array_equal(got, want)
+    assert np.isnan(got).any() and np.isfinite(got).sum() > got.size // 2
