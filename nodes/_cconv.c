@@ -281,6 +281,36 @@ typedef void (*blk_fn)(const float *, const float *, const float *, float *, i64
             }                                                                                  \
             const float *wc = w + o * K;                                                       \
             float bo = bias ? bias[o] : 0.0f, *yc = y + o * OH * OW;                           \
+            if (sx == 1 && sy == 1 && dy == 1 && (OW < VB || KH <= 3)) { /* the plane as one row */ \
+                i64 nv = (OH * LW + VB - 1) / VB;                                              \
+                for (i64 v0 = 0; v0 < nv; v0 += DWT) {                                         \
+                    const float *p_[DWT];                                                      \
+                    for (int q = 0; q < DWT; q++)                                              \
+                        p_[q] = scr + (v0 + q < nv ? v0 + q : nv - 1) * VB;                    \
+                    const float *s0 = p_[0], *s1 = p_[1], *s2 = p_[2], *s3 = p_[3];            \
+                    const float *s4 = p_[4], *s5 = p_[5], *s6 = p_[6], *s7 = p_[7];            \
+                    VEC a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0}, a6 = {0}, a7 = {0}; \
+                    if (nv - v0 >= 4) {                                                        \
+                        DW_TAPS(ld1_##SUFFIX)                                                  \
+                    } else { /* one to three vectors: no work on copies */                     \
+                        for (i64 t = 0; t < K; t++) {                                          \
+                            float wt = wc[t];                                                  \
+                            i64 of = offs[t];                                                  \
+                            a0 += ld1_##SUFFIX(s0 + of, 1) * wt;                               \
+                            a1 += ld1_##SUFFIX(s1 + of, 1) * wt;                               \
+                            a2 += ld1_##SUFFIX(s2 + of, 1) * wt;                               \
+                        }                                                                      \
+                    }                                                                          \
+                    VEC r_[DWT] = {a0, a1, a2, a3, a4, a5, a6, a7};                            \
+                    for (int q = 0; q < DWT && v0 + q < nv; q++) {                             \
+                        VEC v = epi_##SUFFIX(r_[q] + bo, act, ap);                             \
+                        memcpy(zb + (v0 + q) * VB, &v, sizeof(VEC));                           \
+                    }                                                                          \
+                }                                                                              \
+                for (i64 r = 0; r < OH; r++)                                                   \
+                    for (i64 c = 0; c < OW; c++) yc[r * OW + c] = zb[r * LW + c];              \
+                continue;                                                                      \
+            }                                                                                  \
             if (sx == 1 && sy == 1 && dy == 1) { /* bands of 4 output rows x 2 vectors */      \
                 i64 nvr = (LW + VB - 1) / VB;                                                  \
                 for (i64 r0 = 0; r0 < OH; r0 += 4) {                                           \
@@ -347,6 +377,18 @@ typedef void (*blk_fn)(const float *, const float *, const float *, float *, i64
     }
 
 
+/* The H x W plane xc into S (rows of wpp floats) at row pt, column pl; the rest of S is kept. */
+static void pad_plane(float *S, const float *xc, i64 H, i64 W, i64 pt, i64 pl, i64 wpp) {
+    for (i64 r = 0; r < H; r++) memcpy(S + (r + pt) * wpp + pl, xc + r * W, W * sizeof(float));
+}
+
+/* Rows of OW floats of Z (row stride zs) into the output plane yc, divided by div when given. */
+static void store_plane(float *yc, const float *Z, i64 OH, i64 OW, i64 zs, const float *div) {
+    for (i64 oy = 0; oy < OH; oy++) memcpy(yc + oy * OW, Z + oy * zs, OW * sizeof(float));
+    if (div)
+        for (i64 j = 0; j < OH * OW; j++) yc[j] = yc[j] / div[j];
+}
+
 /* Max or average pooling of float32 planes (nodes.kernels.pool2d), the numba kernel's order
  * (nodes/_kernels_jit.py pool2d_separable): per output row the kh input rows combine column by
  * column into a padded-width row acc (fill -inf / 0 in the borders), then the kw taps along it
@@ -393,14 +435,12 @@ typedef void (*blk_fn)(const float *, const float *, const float *, float *, i64
             for (i64 pi = 0; pi < P; pi++) {                                                   \
                 const float *xc = x + pi * H * W;                                              \
                 float *yc = y + pi * OH * OW;                                                  \
-                for (i64 r = 0; r < H; r++) memcpy(S + (r + pt) * wpp + pl, xc + r * W, W * sizeof(float)); \
+                pad_plane(S, xc, H, W, pt, pl, wpp);                                           \
                 memcpy(V, S, n * sizeof(float));                                               \
                 for (i64 ky = 1; ky < kh; ky++) combine_##SUFFIX(V, S + ky * dh * wpp, n, mx); \
                 memcpy(Z, V, n * sizeof(float));                                              \
                 for (i64 kx = 1; kx < kw; kx++) combine_##SUFFIX(Z, V + kx * dw, n, mx);       \
-                for (i64 oy = 0; oy < OH; oy++) memcpy(yc + oy * OW, Z + oy * wpp, OW * sizeof(float)); \
-                if (div)                                                                       \
-                    for (i64 j = 0; j < OH * OW; j++) yc[j] = yc[j] / div[j];                  \
+                store_plane(yc, Z, OH, OW, wpp, div);                                          \
             }                                                                                  \
             return;                                                                            \
         }                                                                                      \
@@ -415,7 +455,7 @@ typedef void (*blk_fn)(const float *, const float *, const float *, float *, i64
             for (i64 pi = 0; pi < P; pi++) {                                                   \
                 const float *xc = x + pi * H * W;                                              \
                 float *yc = y + pi * OH * OW;                                                  \
-                for (i64 r = 0; r < H; r++) memcpy(S + (r + pt) * wpp + pl, xc + r * W, W * sizeof(float)); \
+                pad_plane(S, xc, H, W, pt, pl, wpp);                                           \
                 for (i64 oy = 0; oy < OH; oy++) {                                              \
                     float *v = V + oy * wpp;                                                   \
                     memcpy(v, S + oy * sy * wpp, wpp * sizeof(float));                         \
@@ -428,9 +468,7 @@ typedef void (*blk_fn)(const float *, const float *, const float *, float *, i64
                     i64 t = kx * dw;                                                           \
                     combine_##SUFFIX(Z, (t % 2 ? O : E) + t / 2, n, mx);                       \
                 }                                                                              \
-                for (i64 oy = 0; oy < OH; oy++) memcpy(yc + oy * OW, Z + oy * hw, OW * sizeof(float)); \
-                if (div)                                                                       \
-                    for (i64 j = 0; j < OH * OW; j++) yc[j] = yc[j] / div[j];                  \
+                store_plane(yc, Z, OH, OW, hw, div);                                           \
             }                                                                                  \
             return;                                                                            \
         }                                                                                      \
