@@ -1,4 +1,6 @@
-/* Direct 2-D convolution of float32 NCHW images, register-blocked for SIMD (issue #19).
+/* The executor's SIMD kernels for float32 NCHW images (issue #19): the direct 2-D convolution
+ * (register-blocked, below), the depthwise convolution (DEFINE_DW), max/average pooling
+ * (DEFINE_POOL), and the activation each convolution can apply as it stores (epi).
  *
  * Why C: im2col + OpenBLAS sgemm runs a 3x3 convolution at 45-65 GMAC/s on this machine's
  * AVX-512 core where onnxruntime's MLAS direct kernel runs it at 80-90 (measured side by side,

@@ -369,7 +369,7 @@ def conv_nd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequenc
     """N-D grouped convolution of NC... ``x`` with (M, C/group, *k) ``w``; returns compute dtype.
     ``cache`` (a kernel's per-node cache) keeps weights prepared for the shifted form.
     ``epilogue``: an activation applied to the result (by the C kernels as they store each
-    output; on the other paths in one pass afterwards): a fused plan's Conv -> Relu."""
+    output; on the other paths in one pass afterwards): a fused plan's Conv -> Relu/HardSwish."""
     y, done = _conv_nd(x, w, b, strides, dils, pb, pe, group, cache, epilogue)
     return epilogue.apply(y) if epilogue is not None and not done else y
 

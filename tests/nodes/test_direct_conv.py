@@ -179,6 +179,10 @@ DW_CASES = [
     ((1, 4, 3, 30), 1, (1, 7), (1, 1), (0, 3, 0, 3), (1, 1)),  # PP-OCR's 1x7
     ((1, 2, 10, 18), 1, (3, 3), (1, 1), (-1, 1, 0, -2), (1, 1)),  # negative pads crop
     ((1, 6, 1, 1), 1, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # a 1x1 image: every tap but one is padding
+    ((1, 3, 10, 40), 1, (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),  # bands of 4 rows: 10 rows, the last band half
+    ((1, 2, 7, 33), 1, (7, 7), (1, 1), (3, 3, 3, 3), (1, 1)),  # bands, 7x7, odd vector count per row
+    ((1, 2, 9, 20), 1, (4, 6), (1, 1), (1, 2, 2, 3), (1, 1)),  # bands with a kernel height of no unrolled case
+    ((2, 3, 6, 25), 2, (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),  # bands, two outputs per channel, batch 2
 ]
 
 
@@ -225,7 +229,7 @@ EPILOGUES = [direct_conv.RELU, direct_conv.HARD_SWISH] + [
 
 @pytest.mark.parametrize("vb", _widths())
 @pytest.mark.parametrize("ep", EPILOGUES, ids=repr)
-@pytest.mark.parametrize("kind", ["dense", "depthwise"])
+@pytest.mark.parametrize("kind", ["dense", "depthwise", "depthwise_bands", "depthwise_s2"])
 def test_an_epilogue_gives_the_unfused_activations_values(kind, ep, vb):
     """The activation applied as each output is stored equals, bit for bit, the activation's own
     pass over the stored output (what the unfused plan runs): NaN, -0 and every clip branch."""
@@ -238,8 +242,9 @@ def test_an_epilogue_gives_the_unfused_activations_values(kind, ep, vb):
         run = lambda e: _run(x, w, None, (1, 1), (1, 1, 1, 1), (1, 1), 1, vb, False) if e is None else \
             direct_conv.Prepared(w, None, 1, vb)(np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))), (1, 1), (1, 1), (6, 21), e)
     else:
-        w = rng.standard_normal((4, 1, 3, 3)).astype(np.float32)
-        run = lambda e: _dw(x, w, None, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), vb, e)
+        k, st = {"depthwise": (3, 1), "depthwise_bands": (5, 1), "depthwise_s2": (3, 2)}[kind]
+        w = rng.standard_normal((4, 1, k, k)).astype(np.float32)
+        run = lambda e: _dw(x, w, None, (k, k), (st, st), (k // 2,) * 4, (1, 1), vb, e)
     plain = run(None)
     want = ep.apply(plain.copy())
     got = run(ep)
