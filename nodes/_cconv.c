@@ -24,6 +24,19 @@
 
 typedef int64_t i64;
 
+/* rows x n floats from src (row stride ss) to dst (row stride ds): 16-float chunks the compiler
+ * turns into vector moves, then the tail; no library call per row (rows here are often 3-56
+ * floats, where a memcpy call per row cost more than the copy). */
+static inline void copy_rows(float *dst, i64 ds, const float *src, i64 ss, i64 rows, i64 n) {
+    for (i64 r = 0; r < rows; r++) {
+        float *d = dst + r * ds;
+        const float *a = src + r * ss;
+        i64 c = 0;
+        for (; c + 16 <= n; c += 16) memcpy(d + c, a + c, 16 * sizeof(float));
+        for (; c < n; c++) d[c] = a[c];
+    }
+}
+
 /* The activation applied to each output vector as it is stored (act; ap: its constants), with
  * the roundings and NaN rules of the unfused kernels, so a fused plan gives the op-by-op values:
  *   EPI_RELU    np.maximum(v, 0): NaN stays NaN, -0 becomes +0;
@@ -181,7 +194,8 @@ typedef void (*blk_fn)(const float *, const float *, const float *, float *, i64
 
 /* One band step: 4 output rows x 2 vectors at p0 and p1 (stride 1), each input row loaded once
  * for every output row it feeds (KH + 3 rows of KW loads for 4 x KH x KW taps); KHC is the
- * kernel height, a constant for 3, 5 and 7 so the row-to-tap mapping unrolls away. */
+ * kernel height, a constant for 5 and 7 so the row-to-tap mapping unrolls away (3x3 kernels
+ * take the flat path). */
 #define DEFINE_BAND(SUFFIX, ATTR, VEC, KHC, NAME)                                              \
     ATTR static inline void band_##SUFFIX##_##NAME(const float *p0, const float *p1,           \
                                                    const float *wc, i64 KH, i64 KW, i64 dx,    \
@@ -256,7 +270,6 @@ typedef void (*blk_fn)(const float *, const float *, const float *, float *, i64
             for (i64 q = 0; q < n; q++) d[q] = l[q];                                           \
         }                                                                                      \
     }                                                                                          \
-    DEFINE_BAND(SUFFIX, ATTR, VEC, 3, k3)                                                     \
     DEFINE_BAND(SUFFIX, ATTR, VEC, 5, k5)                                                     \
     DEFINE_BAND(SUFFIX, ATTR, VEC, 7, k7)                                                     \
     DEFINE_BAND(SUFFIX, ATTR, VEC, KH, kKH)                                                   \
@@ -273,13 +286,7 @@ typedef void (*blk_fn)(const float *, const float *, const float *, float *, i64
         for (i64 o = 0; o < M; o++) {                                                          \
             if (o % mult == 0) {                                                               \
                 const float *xc = x + (o / mult) * H * W;                                      \
-                for (i64 r = 0; r < H; r++) { /* rows are short: no call per row */            \
-                    float *d = scr + (r + pt) * LW + pl;                                       \
-                    const float *sr = xc + r * W;                                              \
-                    i64 c = 0;                                                                 \
-                    for (; c + VB <= W; c += VB) memcpy(d + c, sr + c, sizeof(VEC));           \
-                    for (; c < W; c++) d[c] = sr[c];                                           \
-                }                                                                              \
+                copy_rows(scr + pt * LW + pl, LW, xc, W, H, W);                                \
             }                                                                                  \
             const float *wc = w + o * K;                                                       \
             float bo = bias ? bias[o] : 0.0f, *yc = y + o * OH * OW;                           \
@@ -309,8 +316,7 @@ typedef void (*blk_fn)(const float *, const float *, const float *, float *, i64
                         memcpy(zb + (v0 + q) * VB, &v, sizeof(VEC));                           \
                     }                                                                          \
                 }                                                                              \
-                for (i64 r = 0; r < OH; r++)                                                   \
-                    for (i64 c = 0; c < OW; c++) yc[r * OW + c] = zb[r * LW + c];              \
+                copy_rows(yc, OW, zb, LW, OH, OW); /* drop the padding columns */              \
                 continue;                                                                      \
             }                                                                                  \
             if (sx == 1 && sy == 1 && dy == 1) { /* bands of 4 output rows x 2 vectors */      \
@@ -321,7 +327,6 @@ typedef void (*blk_fn)(const float *, const float *, const float *, float *, i64
                         const float *p0 = band + v * VB, *p1 = band + (v + 1 < nvr ? v + 1 : v) * VB; \
                         VEC a00, a01, a02, a03, a10, a11, a12, a13;                            \
                         switch (KH) {                                                          \
-                        case 3: BAND_CALL(SUFFIX, 3, VEC); break;                                   \
                         case 5: BAND_CALL(SUFFIX, 5, VEC); break;                                   \
                         case 7: BAND_CALL(SUFFIX, 7, VEC); break;                                   \
                         default: BAND_CALL(SUFFIX, KH, VEC);                                        \
@@ -331,13 +336,7 @@ typedef void (*blk_fn)(const float *, const float *, const float *, float *, i64
                         BAND_ST(2, epi_##SUFFIX, VEC) BAND_ST(3, epi_##SUFFIX, VEC)                            \
                     }                                                                          \
                 }                                                                              \
-                for (i64 r = 0; r < OH; r++) { /* drop the padding columns */                  \
-                    const float *sr = zb + r * LW;                                             \
-                    float *d = yc + r * OW;                                                    \
-                    i64 c = 0;                                                                 \
-                    for (; c + VB <= OW; c += VB) memcpy(d + c, sr + c, sizeof(VEC));          \
-                    for (; c < OW; c++) d[c] = sr[c];                                          \
-                }                                                                              \
+                copy_rows(yc, OW, zb, LW, OH, OW); /* drop the padding columns */              \
                 continue;                                                                      \
             }                                                                                  \
             i64 th = 0, tc = 0; /* the next tile's output row and tile column (no division) */ \
@@ -381,21 +380,22 @@ typedef void (*blk_fn)(const float *, const float *, const float *, float *, i64
 
 /* The H x W plane xc into S (rows of wpp floats) at row pt, column pl; the rest of S is kept. */
 static void pad_plane(float *S, const float *xc, i64 H, i64 W, i64 pt, i64 pl, i64 wpp) {
-    for (i64 r = 0; r < H; r++) memcpy(S + (r + pt) * wpp + pl, xc + r * W, W * sizeof(float));
+    copy_rows(S + pt * wpp + pl, wpp, xc, W, H, W);
 }
 
 /* Rows of OW floats of Z (row stride zs) into the output plane yc, divided by div when given. */
 static void store_plane(float *yc, const float *Z, i64 OH, i64 OW, i64 zs, const float *div) {
-    for (i64 oy = 0; oy < OH; oy++) memcpy(yc + oy * OW, Z + oy * zs, OW * sizeof(float));
+    copy_rows(yc, OW, Z, zs, OH, OW);
     if (div)
         for (i64 j = 0; j < OH * OW; j++) yc[j] = yc[j] / div[j];
 }
 
 /* Max or average pooling of float32 planes (nodes.kernels.pool2d), the numba kernel's order
- * (nodes/_kernels_jit.py pool2d_separable): per output row the kh input rows combine column by
- * column into a padded-width row acc (fill -inf / 0 in the borders), then the kw taps along it
- * (at stride 2 over its even and odd columns), then the divisor. Max propagates NaN and returns
- * the second operand of equal values, as np.maximum does. */
+ * (nodes/_kernels_jit.py pool2d_separable): the kh input rows combine column by column (fill
+ * -inf / 0 in the padding), then the kw taps along the combined row, then the divisor. At stride
+ * 1 over whole padded planes, at stride 2 per output row then over the even and odd half-planes,
+ * otherwise per output row. Max propagates NaN and returns the second operand of equal values,
+ * as np.maximum does. */
 #define DEFINE_POOL(SUFFIX, ATTR, VEC, VI, VB)                                                  \
     ATTR static inline VEC pmax_##SUFFIX(VEC a, VEC b) {                                       \
         return sel_##SUFFIX((a > b) | (a != a), a, b);                                         \
@@ -426,8 +426,6 @@ static void store_plane(float *yc, const float *Z, i64 OH, i64 OW, i64 zs, const
                                    i64 pt, i64 pl, int mx, const float *div, float *acc,       \
                                    i64 wp, float *flat) {                                      \
         float fill = mx ? -__builtin_inff() : 0.0f;                                            \
-        i64 half = (wp + 1) / 2;                                                               \
-        float *ev = acc + wp + VB, *od = ev + half + VB;                                       \
         if (sx == 1 && sy == 1) { /* whole planes: the same sums, long loops, no per-row cost */ \
             i64 hpp = OH + (kh - 1) * dh, wpp = wp, n = OH * wpp;                              \
             if (pt + H > hpp) hpp = pt + H;                                                    \
@@ -492,15 +490,7 @@ static void store_plane(float *yc, const float *Z, i64 OH, i64 OW, i64 zs, const
                 if (sx == 1) {                                                                 \
                     memcpy(dst, acc, OW * sizeof(float));                                      \
                     for (i64 kx = 1; kx < kw; kx++) combine_##SUFFIX(dst, acc + kx * dw, OW, mx); \
-                } else if (sx == 2) {                                                          \
-                    for (i64 j = 0; j < wp / 2; j++) ev[j] = acc[2 * j], od[j] = acc[2 * j + 1];  \
-                    if (wp % 2) ev[wp / 2] = acc[wp - 1];                                      \
-                    memcpy(dst, ev, OW * sizeof(float));                                       \
-                    for (i64 kx = 1; kx < kw; kx++) {                                          \
-                        i64 t = kx * dw;                                                       \
-                        combine_##SUFFIX(dst, (t % 2 ? od : ev) + t / 2, OW, mx);              \
-                    }                                                                          \
-                } else {                                                                       \
+                } else { /* stride 3 and more (stride 2 took the half-plane path above) */    \
                     for (i64 ox = 0; ox < OW; ox++) {                                          \
                         const float *row = acc + ox * sx;                                      \
                         float m = row[0];                                                      \
@@ -609,14 +599,16 @@ int npu_dwconv2d_f32(const float *x, i64 C, i64 H, i64 W, i64 pt, i64 pl, i64 HP
     return -1;
 }
 
-/* Scratch floats npu_pool2d_f32 needs: the combined row and its even and odd halves; at
+#define POOL_ROW(wp) ((wp) + 16) /* the per-row path's combined row, then the planes */
+
+/* Scratch floats npu_pool2d_f32 needs: the per-row path's combined row; at
  * stride 1 the padded plane and two planes of row-combined, then tap-combined, sums. */
 i64 npu_pool_scratch(i64 H, i64 W, i64 OH, i64 OW, i64 kh, i64 kw, i64 sy, i64 sx, i64 dh, i64 dw,
                      i64 pt, i64 pl) {
     i64 wp = pl + W, need = (OW - 1) * sx + (kw - 1) * dw + 1, hpp = OH + (kh - 1) * dh;
     if (need > wp) wp = need;
     if (pt + H > hpp) hpp = pt + H;
-    i64 rows = 2 * wp + 4 * 16 + 2;
+    i64 rows = POOL_ROW(wp);
     if (sx == 1 && sy == 1) return rows + hpp * wp + 2 * OH * wp + kw * dw + 2 * 16;
     if (sx == 2) { /* the plane at an even width, the row-combined rows, its halves, the taps */
         hpp = (OH - 1) * sy + (kh - 1) * dh + 1;
@@ -634,7 +626,7 @@ int npu_pool2d_f32(const float *x, i64 P, i64 H, i64 W, float *y, i64 OH, i64 OW
                    float *scr, i64 lanes) {
     i64 wp = pl + W, need = (OW - 1) * sx + (kw - 1) * dw + 1;
     if (need > wp) wp = need;
-    float *flat = scr + 2 * wp + 4 * 16 + 2;
+    float *flat = scr + POOL_ROW(wp);
 #ifdef HAVE_X86
     if (lanes == 16) {
         pool_avx512(x, P, H, W, y, OH, OW, kh, kw, sy, sx, dh, dw, pt, pl, mx, div, scr, wp, flat);

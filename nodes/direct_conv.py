@@ -56,7 +56,7 @@ class Epilogue:
     kernels' roundings and NaN rules (nodes/_cconv.c: epi). ``apply`` is the same activation as
     a pass of its own, for the convolution paths that do not run the C kernels."""
 
-    __slots__ = ("code", "params", "_ap")
+    __slots__ = ("_ap", "code", "params")
 
     RELU, HSWISH, HSCHAIN = 1, 2, 3
 

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from nodes import direct_conv
 from nodes.polyfit import ERF_NEAR, fit_poly
 
 
@@ -190,8 +191,6 @@ def pool2d(x: np.ndarray, kernel: Sequence[int], out_hw: Sequence[int], strides:
     average, in the same pass); one compiled pass per output row: the window's rows combined
     along the row (contiguous), then its taps. The same order as numpy's separable passes
     over a padded copy (nodes.pooling.separable_reduce), so the same values."""
-    from nodes import direct_conv
-
     if x.dtype == np.float32 and direct_conv.lanes():  # the same loops in C, vectorized
         return direct_conv.pool2d(np.ascontiguousarray(x), kernel, out_hw, strides, dils, is_max, pads, div)
     out = np.empty((*x.shape[:2], int(out_hw[0]), int(out_hw[1])), x.dtype)

@@ -239,12 +239,16 @@ def test_an_epilogue_gives_the_unfused_activations_values(kind, ep, vb):
     x[0, 2, 4, 5] = -0.0
     if kind == "dense":
         w = rng.standard_normal((20, 4, 3, 3)).astype(np.float32)
-        run = lambda e: _run(x, w, None, (1, 1), (1, 1, 1, 1), (1, 1), 1, vb, False) if e is None else \
-            direct_conv.Prepared(w, None, 1, vb)(np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))), (1, 1), (1, 1), (6, 21), e)
+        xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+
+        def run(e):
+            return direct_conv.Prepared(w, None, 1, vb)(xp, (1, 1), (1, 1), (6, 21), e)
     else:
         k, st = {"depthwise": (3, 1), "depthwise_bands": (5, 1), "depthwise_s2": (3, 2)}[kind]
         w = rng.standard_normal((4, 1, k, k)).astype(np.float32)
-        run = lambda e: _dw(x, w, None, (k, k), (st, st), (k // 2,) * 4, (1, 1), vb, e)
+
+        def run(e):
+            return _dw(x, w, None, (k, k), (st, st), (k // 2,) * 4, (1, 1), vb, e)
     plain = run(None)
     want = ep.apply(plain.copy())
     got = run(ep)
