@@ -11,7 +11,7 @@ ZOO_PACKAGES := rapidocr==3.10.0 ddddocr==1.6.1 silero-vad==6.2.3 magika==1.0.3 
 
 .PHONY: run test bench lint clean
 
-$(STAMP): pyproject.toml Makefile setup.py nodes/_cconv.c
+$(STAMP): pyproject.toml Makefile setup.py $(wildcard nodes/*.c)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'

@@ -32,7 +32,7 @@ from nodes.quant_ops import (
     _row_param,
     cached_int_operand,
     dequantize_linear,
-    int_matmul,
+    int_matmul_raw,
     quantize_linear,
     requantize,
 )
@@ -512,7 +512,7 @@ class QGemmSpec(OpSpec):
         aa = a.T if at["transA"] else a
         bb = b.T if at["transB"] else b
         bzp = _col_param(b_zp)
-        acc = int_matmul(_centered(aa, _scalar(a_zp)), _centered(bb, bzp))
+        acc = int_matmul_raw(aa, _scalar(a_zp), cached_int_operand(ctx, "B", (b, b_zp), lambda: _centered(bb, bzp)))
         if c is not None:
             acc = acc + c.astype(np.int32)
         mult = np.float32(float(at["alpha"])) * np.float32(np.asarray(a_s).reshape(())) * _col_param(
@@ -548,9 +548,9 @@ class _IntToFloatSpec(OpSpec):
         return w
 
     @staticmethod
-    def _finish(qa: np.ndarray, a_zp: Any, b: np.ndarray, b_zp: np.ndarray | None, scale: np.ndarray,
-                bias: np.ndarray | None) -> np.ndarray:
-        acc = int_matmul(_centered(qa, a_zp), _centered(b, _col_param(b_zp)))
+    def _finish(ctx: RunContext, qa: np.ndarray, a_zp: Any, b: np.ndarray, b_zp: np.ndarray | None,
+                scale: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+        acc = int_matmul_raw(qa, a_zp, cached_int_operand(ctx, "B", (b, b_zp), lambda: _centered(b, _col_param(b_zp))))
         y = acc.astype(np.float32) * scale.astype(np.float32)
         if bias is not None:
             y = y + bias.astype(np.float32)
@@ -568,7 +568,7 @@ class DynamicQuantizeMatMulSpec(_IntToFloatSpec):
                   b_zp: np.ndarray | None = None, bias: np.ndarray | None = None) -> np.ndarray:
         """Quantize A, exact integer product, scale, bias."""
         qa, sa, zpa = dynamic_quantize_u8(a)
-        return self._finish(qa, np.asarray(zpa), b, b_zp, np.float32(sa) * _col_param(np.asarray(b_s, np.float32)), bias)
+        return self._finish(ctx, qa, np.asarray(zpa), b, b_zp, np.float32(sa) * _col_param(np.asarray(b_s, np.float32)), bias)
 
 
 @register("MatMulIntegerToFloat", since=1, domain=MS)
@@ -584,7 +584,7 @@ class MatMulIntegerToFloatSpec(_IntToFloatSpec):
                   bias: np.ndarray | None = None) -> np.ndarray:
         """Exact integer product, scale, bias."""
         scale = _row_param(np.asarray(a_s, np.float32), a.ndim) * _col_param(np.asarray(b_s, np.float32))
-        return self._finish(a, _row_param(a_zp, a.ndim), b, b_zp, scale, bias)
+        return self._finish(ctx, a, _row_param(a_zp, a.ndim), b, b_zp, scale, bias)
 
 
 def _qgemm_float(x: np.ndarray, wq: IntOperand, w_s: np.ndarray, add: np.ndarray | None = None,
@@ -600,7 +600,7 @@ def _qgemm_float(x: np.ndarray, wq: IntOperand, w_s: np.ndarray, add: np.ndarray
         if y is not None:
             return y
     qx, sx, zx = dynamic_quantize_u8(x)
-    acc = int_matmul(_centered(qx, np.asarray(zx)), wq)
+    acc = int_matmul_raw(qx, np.asarray(zx), wq)
     y = acc.astype(np.float32) * (np.float32(sx) * w_s)
     return y if add is None else add + y
 

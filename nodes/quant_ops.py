@@ -19,6 +19,7 @@ import numpy as np
 
 from nodes._util import norm_axis
 from nodes.conv import conv_gemm, conv_geometry, conv_macs, conv_nd, conv_out_shape
+from nodes.int8_gemm import ConvWeights, MatMulWeights
 from nodes.matmul import matmul, matmul_gemm, matmul_shape
 from nodes.quant_kernels import dynamic_quantize
 from nodes.registry import register
@@ -346,6 +347,18 @@ class IntOperand:
             self._narrow = narrow_transposed(self.b)
         return self._narrow
 
+    def int8_columns(self) -> MatMulWeights | None:
+        """The operand (K, N) packed for the VNNI product (kept; None where it does not apply)."""
+        if not hasattr(self, "_cols"):
+            self._cols = MatMulWeights.make(self.b)
+        return self._cols
+
+    def int8_rows(self, group: int) -> ConvWeights | None:
+        """The convolution weight as the VNNI kernel's rows (kept; None where it does not apply)."""
+        if getattr(self, "_rows_group", None) != group:
+            self._rows, self._rows_group = ConvWeights.make(self.b, group), group
+        return self._rows
+
 
 MIN_EXACT_CHUNK = 64
 """Shortest stretch of the summed axis worth a float32 product of its own: below it one
@@ -402,6 +415,22 @@ def int_matmul(a: np.ndarray, b: np.ndarray | IntOperand) -> np.ndarray:
     return matmul(a.astype(dt), op.as_float(dt)).astype(np.int32)
 
 
+def int_matmul_raw(a: np.ndarray, a_zp: np.ndarray | None, b: np.ndarray | IntOperand) -> np.ndarray:
+    """Exact int32 (a - a_zp) @ b of integer ``a`` (a_zp scalar, or per row as an (M, 1) column)
+    and centered ``b``: the VNNI kernel on the raw bytes where it applies (nodes/int8_gemm.py),
+    else ``int_matmul`` of the centered operands."""
+    op = b if isinstance(b, IntOperand) else IntOperand(b)
+    cols = op.int8_columns() if a.dtype in _BYTE_TYPES else None
+    if cols is not None:
+        y = cols(a, a_zp)
+        if y is not None:
+            return y
+    return int_matmul(_centered(a, a_zp), op)
+
+
+_BYTE_TYPES = (np.dtype(np.uint8), np.dtype(np.int8))
+
+
 def cached_int_operand(ctx: RunContext, key: str, sources: tuple[Any, ...],
                        make: Callable[[], np.ndarray]) -> IntOperand:
     """IntOperand(make()) kept in the node's run cache while the same ``sources`` arrays come in
@@ -447,16 +476,24 @@ def _f32(x: np.ndarray) -> np.ndarray:
 
 def int_conv(x: np.ndarray, w: np.ndarray | IntOperand, attrs: dict, x_zp: np.ndarray | None = None) -> np.ndarray:
     """Exact int32 convolution of integer ``x`` minus its scalar zero point ``x_zp`` and centered
-    (int32) ``w`` through the float Conv kernel: in float32 when its sums are exact, else (one
-    group) in float32 over chunks of input channels whose sums are, else in float64. The float
-    results are exact integers, so they convert to int32 without rounding."""
+    (int32) ``w``: 2-D on 8-bit ``x`` the VNNI kernel (nodes/int8_gemm.py); else through the float
+    Conv kernel, in float32 when its sums are exact, else (one group) in float32 over chunks of
+    input channels whose sums are, else in float64. The float results are exact integers, so
+    they convert to int32 without rounding."""
     op = w if isinstance(w, IntOperand) else IntOperand(w)
     if x_zp is not None and np.size(x_zp) != 1:
         x, x_zp = _centered(x, x_zp), None
     zp = int(np.asarray(x_zp).reshape(-1)[0]) if x_zp is not None else 0
-    amax = max(abs(int(x.max()) - zp), abs(int(x.min()) - zp)) if x.size else 0
     strides, dils, pb, pe = conv_geometry(attrs, x.shape, op.b.shape)
     group = int(attrs["group"])
+    rows = op.int8_rows(group) if x.dtype in _BYTE_TYPES and x.ndim == 4 and x.size else None
+    if rows is not None:
+        oshape = tuple((x.shape[2 + i] + pb[i] + pe[i] - (op.b.shape[2 + i] - 1) * dils[i] - 1) // strides[i] + 1
+                       for i in range(2))
+        y = rows(x, zp, strides, dils, pb, oshape)
+        if y is not None:
+            return y
+    amax = max(abs(int(x.max()) - zp), abs(int(x.min()) - zp)) if x.size else 0
     taps = int(np.prod(op.b.shape[2:]))
     k = op.b.shape[1] * taps
     chunk = exact_chunk(amax, op.bmax, k)
@@ -602,7 +639,7 @@ class MatMulIntegerSpec(_IntMatMulSpec):
     def reference(self, ctx: RunContext, a: np.ndarray, b: np.ndarray, a_zp: np.ndarray | None = None,
                   b_zp: np.ndarray | None = None) -> np.ndarray:
         """Exact integer product."""
-        return int_matmul(_centered(a, _row_param(a_zp, a.ndim)), cached_int_operand(
+        return int_matmul_raw(a, _row_param(a_zp, a.ndim), cached_int_operand(
             ctx, "B", (b, b_zp), lambda: _centered(b, _col_param(b_zp))))
 
 
@@ -624,7 +661,8 @@ class QLinearMatMulSpec(_IntMatMulSpec):
                   b: np.ndarray, b_scale: np.ndarray, b_zp: np.ndarray | None, y_scale: np.ndarray,
                   y_zp: np.ndarray | None) -> np.ndarray:
         """int32 accumulation, float32 requantization rounding half to even."""
-        acc = int_matmul(_centered(a, _row_param(a_zp, a.ndim)), _centered(b, _col_param(b_zp)))
+        acc = int_matmul_raw(a, _row_param(a_zp, a.ndim), cached_int_operand(
+            ctx, "B", (b, b_zp), lambda: _centered(b, _col_param(b_zp))))
         mult = (_f32(_row_param(a_scale, a.ndim)) * _f32(_col_param(b_scale))) / _f32(_col_param(y_scale))
         out = y_zp.dtype if y_zp is not None else a.dtype
         return requantize(acc, mult, _col_param(y_zp), out)
