@@ -9,4 +9,4 @@ the CPU lacks them, nodes/kernels.py and nodes/quant_ops.py keep their numpy/Ope
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("nodes._cconv", ["nodes/_cconv.c"], extra_compile_args=["-O3"]),
-                   Extension("nodes._cint8", ["nodes/_cint8.c"], extra_compile_args=["-O3"])])
+                   Extension("nodes._cint8", ["nodes/_cint8.c"], extra_compile_args=["-O3", "-ffp-contract=off"])])

@@ -20,8 +20,8 @@
  * panel p at q + p * KQ * 64, holding for each group of 4 k the 16 columns' 4 bytes (one
  * 64-byte vector: lane j = column 16 p + j). The kernel keeps MR x NR (6 x 4) accumulators of
  * 16 int32 in registers: per 4 k it loads NR vectors of q and broadcasts MR 4-byte groups of b.
- * npu_pack_conv_u8 builds q from an image as im2col would (k = (c, kh, kw), n = output pixel),
- * so a convolution's output comes out as NCHW rows.
+ * npu_conv_u8 builds q from an image as im2col would (k = (c, kh, kw), n = output pixel), a
+ * strip of output rows at a time, so a convolution's output comes out as NCHW rows.
  *
  * Called through ctypes (nodes/int8_gemm.py); the Python module only lets setuptools build it.
  */
@@ -188,6 +188,49 @@ VNNI static void pack_conv(const uint8_t *x, i64 C, i64 H, i64 W, i64 KH, i64 KW
                         q + (p * KQ + kq) * 64);
     }
 }
+
+/* x (M x K float32) quantized to uint8 from its own range as onnxruntime's dynamic GEMMs do
+ * (nodes/_quant_jit.py qgemm_u8: range widened to 0, scale 1 on a range of 0, round half to
+ * even), written as the broadcast rows (bytes ^ xv, K4 = 4 KQ of them, padded with the zero
+ * point) with their zero point (as the kernel sees it) and row sums; 0 for NaN or infinity. */
+VNNI static int quantize_rows(const float *x, i64 M, i64 K, i64 KQ, uint8_t xv, uint8_t *rows,
+                              int32_t *zb, int32_t *rb, float *scale_out) {
+    i64 n = M * K;
+    float lo = 0.0f, hi = 0.0f;
+    int bad = 0;
+    for (i64 i = 0; i < n; i++) {
+        float v = x[i];
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+        bad |= (v != v) | (v - v != 0.0f);
+    }
+    if (bad) return 0;
+    float scale = hi == lo ? 1.0f : (hi - lo) / 255.0f;
+    float zp = __builtin_rintf(0.0f - lo / scale);
+    zp = zp < 0.0f ? 0.0f : (zp > 255.0f ? 255.0f : zp);
+    int izp = (int)zp;
+    int32_t zv = xv ? izp - 128 : izp;
+    for (i64 m = 0; m < M; m++) {
+        uint8_t *r = rows + m * 4 * KQ;
+        const float *xm = x + m * K;
+        int32_t s = 0;
+        for (i64 k = 0; k < K; k++) {
+            float q = __builtin_rintf(xm[k] / scale) + zp;
+            q = q < 0.0f ? 0.0f : (q > 255.0f ? 255.0f : q);
+            uint8_t b = (uint8_t)(int)q ^ xv;
+            r[k] = b;
+            s += xv ? (int32_t)(int8_t)b : (int32_t)b;
+        }
+        for (i64 k = K; k < 4 * KQ; k++) {
+            r[k] = (uint8_t)izp ^ xv;
+            s += zv;
+        }
+        zb[m] = zv;
+        rb[m] = s;
+    }
+    *scale_out = scale;
+    return 1;
+}
 #endif
 
 /* 1 when this CPU has AVX-512 VNNI (the kernels run), else 0 (the caller keeps its path). */
@@ -217,19 +260,75 @@ int npu_gemm_u8s8(const uint8_t *b, i64 M, i64 ldb, const uint8_t *q, i64 N, i64
 #endif
 }
 
-/* q (ceil(OH OW / 16) panels of KQ x 64 bytes) from one image x (C, H, W) of bytes ^ xv, pads
- * pt (top) and pl (left) holding padv; tmp: 4 * ceil(OH OW / 16) * 16 bytes. */
-int npu_pack_conv_u8(const uint8_t *x, i64 C, i64 H, i64 W, i64 KH, i64 KW, i64 sy, i64 sx,
-                     i64 dy, i64 dx, i64 pt, i64 pl, i64 OH, i64 OW, int xv, int padv, uint8_t *q,
-                     i64 KQ, uint8_t *tmp) {
+/* Output rows per strip: the convolution packs and multiplies a strip of whole output rows
+ * (about STRIP_PIXELS pixels) at a time, so its packed columns stay in L2 between the two. */
+#define STRIP_PIXELS 512
+static i64 strip_rows(i64 OH, i64 OW) {
+    i64 r = STRIP_PIXELS / (OW > 0 ? OW : 1);
+    if (r < 1) r = 1;
+    return r < OH ? r : OH;
+}
+
+/* Scratch bytes npu_conv_u8 needs: one strip's packed columns, its 4 im2col rows and its
+ * zero-point terms. */
+i64 npu_conv_u8_scratch(i64 OH, i64 OW, i64 KQ) {
+    i64 panels = (strip_rows(OH, OW) * OW + 15) / 16;
+    return panels * KQ * 64 + 4 * panels * 16 + panels * 16 * 4 + 64;
+}
+
+/* y (M, OH, OW) int32 = conv of one image x (C, H, W) with the broadcast rows b (M x ldb, the
+ * weight's k = (c, kh, kw) bytes), as npu_gemm_u8s8 with the image's bytes ^ xv as q, its zero
+ * point zq (pads pt, pl and k past K hold the byte padv); scr: npu_conv_u8_scratch() bytes. */
+int npu_conv_u8(const uint8_t *x, i64 C, i64 H, i64 W, i64 KH, i64 KW, i64 sy, i64 sx, i64 dy,
+                i64 dx, i64 pt, i64 pl, i64 OH, i64 OW, int xv, int padv, const uint8_t *b, i64 M,
+                i64 ldb, i64 KQ, int bu, const int32_t *zb, const int32_t *rb, int32_t zq,
+                int32_t *y, uint8_t *scr) {
 #ifdef HAVE_X86
     if (!npu_int8_available()) return -1;
-    pack_conv(x, C, H, W, KH, KW, sy, sx, dy, dx, pt, pl, OH, OW, (uint8_t)xv, (uint8_t)padv, q, KQ, tmp);
+    i64 rows = strip_rows(OH, OW), panels = (rows * OW + 15) / 16;
+    uint8_t *q = scr, *tmp = scr + panels * KQ * 64;
+    int32_t *zq16 = (int32_t *)(((uintptr_t)(tmp + 4 * panels * 16) + 63) & ~(uintptr_t)63);
+    for (i64 i = 0; i < panels * 16; i++) zq16[i] = zq;
+    for (i64 oh0 = 0; oh0 < OH; oh0 += rows) {
+        i64 nr = OH - oh0 < rows ? OH - oh0 : rows;
+        pack_conv(x, C, H, W, KH, KW, sy, sx, dy, dx, pt - oh0 * sy, pl, nr, OW, (uint8_t)xv,
+                  (uint8_t)padv, q, KQ, tmp);
+        gemm_vnni(b, M, ldb, q, nr * OW, KQ, bu != 0, zb, rb, zq16, NULL, y + oh0 * OW, OH * OW);
+    }
     return 0;
 #else
     (void)x; (void)C; (void)H; (void)W; (void)KH; (void)KW; (void)sy; (void)sx; (void)dy;
-    (void)dx; (void)pt; (void)pl; (void)OH; (void)OW; (void)xv; (void)padv; (void)q; (void)KQ;
-    (void)tmp;
+    (void)dx; (void)pt; (void)pl; (void)OH; (void)OW; (void)xv; (void)padv; (void)b; (void)M;
+    (void)ldb; (void)KQ; (void)bu; (void)zb; (void)rb; (void)zq; (void)y; (void)scr;
+    return -1;
+#endif
+}
+
+/* out (M x N float32) = add + float32((quant_u8(x) - zp) @ B) * (x_scale * mult[n or 0]) for
+ * float32 x (M x K), B packed as npu_gemm_u8s8's q (unsigned: its bytes are uint8); add may be
+ * NULL, mult has N values (per_col) or one. Returns 0 (nothing written) for NaN or infinity in x.
+ * scr: M * (4 KQ + 4 N + 8) + 64 bytes. The float operations are qgemm_u8's, in its order. */
+int npu_qgemm_f32(const float *x, i64 M, i64 K, const uint8_t *q, i64 N, i64 KQ, int unsigned_q,
+                  const int32_t *zq, const int32_t *cq, const float *mult, int per_col,
+                  const float *add, float *out, uint8_t *scr) {
+#ifdef HAVE_X86
+    if (!npu_int8_available()) return -1;
+    uint8_t xv = unsigned_q ? 0x80 : 0; /* the rows take the other signedness */
+    int32_t *acc = (int32_t *)(((uintptr_t)scr + 63) & ~(uintptr_t)63);
+    int32_t *zb = acc + M * N, *rb = zb + M;
+    uint8_t *rows = (uint8_t *)(rb + M);
+    float scale;
+    if (!quantize_rows(x, M, K, KQ, xv, rows, zb, rb, &scale)) return 0;
+    gemm_vnni(rows, M, 4 * KQ, q, N, KQ, !unsigned_q, zb, rb, zq, cq, acc, N);
+    for (i64 m = 0; m < M; m++)
+        for (i64 j = 0; j < N; j++) {
+            float v = (float)acc[m * N + j] * (scale * mult[per_col ? j : 0]);
+            out[m * N + j] = add ? add[m * N + j] + v : v;
+        }
+    return 1;
+#else
+    (void)x; (void)M; (void)K; (void)q; (void)N; (void)KQ; (void)unsigned_q; (void)zq; (void)cq;
+    (void)mult; (void)per_col; (void)add; (void)out; (void)scr;
     return -1;
 #endif
 }

@@ -591,8 +591,14 @@ def _qgemm_float(x: np.ndarray, wq: IntOperand, w_s: np.ndarray, add: np.ndarray
                  fast: QuantizedGemm | None = None) -> np.ndarray:
     """x (float, M x K) @ wq (centered int8, K x N) the way onnxruntime's quantized RNN GEMM
     computes it: x quantized to uint8 from its own range, exact integer product, * x_scale *
-    w_scale (+ ``add``, e.g. the step's input projection). The compiled kernel (``fast``, or
-    one made here for a few rows) where it applies, with the same numbers; else numpy."""
+    w_scale (+ ``add``, e.g. the step's input projection). The VNNI kernel in one call where it
+    runs (nodes/int8_gemm.py), else the numba one (``fast``, or one made here for a few rows),
+    with the same numbers; else numpy."""
+    cols = wq.int8_columns() if x.ndim == 2 else None
+    if cols is not None:
+        y = cols.qgemm(x, w_s, add)
+        if y is not None:
+            return y
     if fast is None and x.ndim == 2 and x.shape[0] <= SMALL_M:
         fast = _small_gemm(wq, w_s)
     if fast is not None:
@@ -676,7 +682,8 @@ class DynamicQuantizeLSTMSpec(LSTMSpec):
             xw = _qgemm_float(xx.reshape(-1, inp), wq, ws).reshape(t_len, batch, n4)
             xw = xw + (bd[:n4] + bd[n4:]).astype(np.float32)
             pd = p[d].astype(np.float32) if p is not None else None
-            fast = _small_gemm(rq, rs) if batch <= SMALL_M else None  # work buffers kept over the steps
+            # work buffers kept over the steps (the compiled product where the VNNI one does not run)
+            fast = _small_gemm(rq, rs) if batch <= SMALL_M and rq.int8_columns() is None else None
 
             def step(xt: np.ndarray, state: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
                 hp, cp = state

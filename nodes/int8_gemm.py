@@ -41,9 +41,13 @@ def _lib() -> ctypes.CDLL | None:
     lib.npu_int8_available.argtypes = []
     lib.npu_gemm_u8s8.restype = cint
     lib.npu_gemm_u8s8.argtypes = [ptr, i64, i64, ptr, i64, i64, cint, ptr, ptr, ptr, ptr, ptr, i64]
-    lib.npu_pack_conv_u8.restype = cint
-    lib.npu_pack_conv_u8.argtypes = [ptr, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64,
-                                     i64, cint, cint, ptr, i64, ptr]
+    lib.npu_conv_u8_scratch.restype = i64
+    lib.npu_conv_u8_scratch.argtypes = [i64, i64, i64]
+    lib.npu_conv_u8.restype = cint
+    lib.npu_conv_u8.argtypes = [ptr] + [i64] * 13 + [cint, cint, ptr, i64, i64, i64, cint, ptr, ptr,
+                                                    ctypes.c_int32, ptr, ptr]
+    lib.npu_qgemm_f32.restype = cint
+    lib.npu_qgemm_f32.argtypes = [ptr, i64, i64, ptr, i64, i64, cint, ptr, ptr, ptr, cint, ptr, ptr, ptr]
     return lib if lib.npu_int8_available() else None
 
 
@@ -112,7 +116,7 @@ class ConvWeights:
         rows[:, :self.k] = raw.reshape(m, self.k)
         self.rows = rows.view(np.uint8)
         self.rb = rows.astype(np.int32).sum(axis=1, dtype=np.int32)
-        self._work: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._work: dict[tuple[int, int], np.ndarray] = {}
 
     @classmethod
     def make(cls, w: np.ndarray, group: int) -> ConvWeights | None:
@@ -142,31 +146,26 @@ class ConvWeights:
         mg, cg = m // g, c // g
         kh, kw = self.shape[2], self.shape[3]
         flip = _flip(x.dtype, not self.unsigned)
-        zq = _view_value(x_zp, x.dtype, flip)
+        zq = int(_view_value(x_zp, x.dtype, flip))
         padv = int(np.asarray(x_zp).astype(x.dtype).view(np.uint8)) ^ flip
-        p = oh * ow
-        panels = -(-p // 16)
-        zq16 = np.full(panels * 16, int(zq), np.int32)
-        q, tmp = self._buffers(panels)
+        scr = self._scratch(oh, ow, lib)
         xb = np.ascontiguousarray(x).view(np.uint8)
         y = np.empty((n, m, oh, ow), np.int32)
         for i in range(n):
             for gi in range(g):
-                lib.npu_pack_conv_u8(_ptr(xb[i, gi * cg:]), cg, h, wd, kh, kw, strides[0], strides[1],
-                                     dils[0], dils[1], pb[0], pb[1], oh, ow, flip, padv, _ptr(q), self.kq,
-                                     _ptr(tmp))
                 r0 = gi * mg
-                lib.npu_gemm_u8s8(_ptr(self.rows[r0:]), mg, 4 * self.kq, _ptr(q), p, self.kq,
-                                  int(self.unsigned), _ptr(self.zb[r0:]), _ptr(self.rb[r0:]), _ptr(zq16),
-                                  None, _ptr(y[i, r0:]), p)
+                lib.npu_conv_u8(_ptr(xb[i, gi * cg:]), cg, h, wd, kh, kw, strides[0], strides[1], dils[0], dils[1],
+                                pb[0], pb[1], oh, ow, flip, padv, _ptr(self.rows[r0:]), mg, 4 * self.kq, self.kq,
+                                int(self.unsigned), _ptr(self.zb[r0:]), _ptr(self.rb[r0:]), zq, _ptr(y[i, r0:]),
+                                _ptr(scr))
         return y
 
-    def _buffers(self, panels: int) -> tuple[np.ndarray, np.ndarray]:
-        work = self._work.get(panels)
-        if work is None:
-            work = self._work[panels] = (np.empty(panels * self.kq * 64, np.uint8),
-                                         np.empty(4 * panels * 16, np.uint8))
-        return work
+    def _scratch(self, oh: int, ow: int, lib: ctypes.CDLL) -> np.ndarray:
+        key = (oh, ow)
+        scr = self._work.get(key)
+        if scr is None:
+            scr = self._work[key] = np.empty(lib.npu_conv_u8_scratch(oh, ow, self.kq), np.uint8)
+        return scr
 
 
 class MatMulWeights:
@@ -185,6 +184,7 @@ class MatMulWeights:
         full[:k, :n] = raw
         self.zq = _pad16(zp, n)
         self.cq = full.astype(np.int32).sum(axis=0, dtype=np.int32) - np.int32(4 * self.kq) * self.zq
+        self._qscratch: dict[int, np.ndarray] = {}
         self.packed = np.ascontiguousarray(
             full.view(np.uint8).reshape(self.kq, 4, panels, 16).transpose(2, 0, 3, 1)).reshape(-1)
 
@@ -230,3 +230,26 @@ class MatMulWeights:
         _lib().npu_gemm_u8s8(_ptr(rows), m, k4, _ptr(self.packed), self.n, self.kq, int(not self.unsigned),
                              _ptr(zb), _ptr(rb), _ptr(self.zq), _ptr(self.cq), _ptr(y), self.n)
         return y.reshape((*lead, self.n))
+
+    def qgemm(self, x: np.ndarray, mult: np.ndarray, add: np.ndarray | None = None) -> np.ndarray | None:
+        """add + float32((quant_u8(x) - zp) @ B) * (x_scale * mult) for float32 x (M, K) quantized
+        from its own range as onnxruntime's dynamic GEMMs do (nodes/quant_kernels.py
+        QuantizedGemm: the same float operations in the same order, so the same bits), in one
+        call; ``mult`` has N values or one. None where the caller's path must run (NaN or
+        infinity in x, sums that could leave int32)."""
+        m, k = x.shape
+        if k != self.k or not _fits(k, 255, self.bmax):
+            return None
+        if x.dtype != np.float32 or not x.flags.c_contiguous:
+            x = np.ascontiguousarray(x, np.float32)
+        mult = np.ascontiguousarray(mult, np.float32).reshape(-1)
+        if add is not None and (add.dtype != np.float32 or not add.flags.c_contiguous or add.shape != (m, self.n)):
+            add = np.ascontiguousarray(np.broadcast_to(add, (m, self.n)), np.float32)
+        scr = self._qscratch.get(m)
+        if scr is None:
+            scr = self._qscratch[m] = np.empty(m * (4 * self.kq + 4 * self.n + 8) + 64, np.uint8)
+        out = np.empty((m, self.n), np.float32)
+        done = _lib().npu_qgemm_f32(_ptr(x), m, k, _ptr(self.packed), self.n, self.kq, int(self.unsigned),
+                                    _ptr(self.zq), _ptr(self.cq), _ptr(mult), int(mult.size > 1),
+                                    None if add is None else _ptr(add), _ptr(out), _ptr(scr))
+        return out if done == 1 else None
