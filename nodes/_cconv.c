@@ -21,6 +21,9 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#include <immintrin.h>
+#endif
 
 typedef int64_t i64;
 
@@ -509,6 +512,129 @@ static void store_plane(float *yc, const float *Z, i64 OH, i64 OW, i64 zs, const
         }                                                                                      \
     }
 
+/* Depthwise on small planes with channels as the vector lanes (M = C; the choice: Depthwise in
+ * nodes/direct_conv.py).
+ * Rows of 7-14 pixels fill a pixel-lane vector half or less; a block of VB channels instead
+ * fills every lane at every pixel, as onnxruntime's NCHWc kernel does. Per block of VB
+ * channels: the plane is transposed into a zero-padded (HP, WP, VB) scratch, each output
+ * pixel sums its taps from it (8 pixels of a row at a time: independent FMA chains) into an
+ * (OH, OW, VB) scratch, which is transposed back. The sums are the other paths' per output:
+ * taps in row-major order from 0, then the bias, then the epilogue, so the values are equal. */
+#define DWC_R 8
+
+/* The transposes of dwc. tr_in: n pixels of nb planes (row stride ps; lanes past nb repeat the
+ * last plane) into n vectors of VB channels at d; tr_out: P vectors of VB channels at ys into
+ * nb planes of P pixels at y. AVX-512: 16 x 16 blocks in registers; AVX2: element by element. */
+#define DEFINE_TR_SCALAR(SUFFIX, ATTR, VB)                                                     \
+    ATTR static void tr_in_##SUFFIX(const float *x, i64 ps, i64 nb, i64 n, float *d) {         \
+        for (i64 j = 0; j < VB; j++) {                                                         \
+            const float *xc = x + (j < nb ? j : nb - 1) * ps;                                  \
+            for (i64 q = 0; q < n; q++) d[q * VB + j] = xc[q];                                 \
+        }                                                                                      \
+    }                                                                                          \
+    ATTR static void tr_out_##SUFFIX(const float *ys, i64 P, i64 nb, float *y) {               \
+        for (i64 j = 0; j < nb; j++)                                                           \
+            for (i64 q = 0; q < P; q++) y[j * P + q] = ys[q * VB + j];                         \
+    }
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define AVX512 __attribute__((target("avx512f,fma")))
+/* r[0..15] (rows) transposed in place: r[c] becomes column c. */
+AVX512 static inline void tr16(__m512 *r) {
+    __m512 t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+        __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+        r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    for (int e = 0; e < 4; e++) { /* r[4i + e] holds column 4k + e of rows 4i..4i+3 in lane k */
+        __m512 a = _mm512_shuffle_f32x4(r[e], r[4 + e], 0x44), b = _mm512_shuffle_f32x4(r[e], r[4 + e], 0xEE);
+        __m512 c = _mm512_shuffle_f32x4(r[8 + e], r[12 + e], 0x44), d = _mm512_shuffle_f32x4(r[8 + e], r[12 + e], 0xEE);
+        t[e] = _mm512_shuffle_f32x4(a, c, 0x88);
+        t[4 + e] = _mm512_shuffle_f32x4(a, c, 0xDD);
+        t[8 + e] = _mm512_shuffle_f32x4(b, d, 0x88);
+        t[12 + e] = _mm512_shuffle_f32x4(b, d, 0xDD);
+    }
+    for (int i = 0; i < 16; i++) r[i] = t[i];
+}
+
+AVX512 static void tr_in_avx512(const float *x, i64 ps, i64 nb, i64 n, float *d) {
+    for (i64 q0 = 0; q0 < n; q0 += 16) {
+        i64 m = n - q0 < 16 ? n - q0 : 16;
+        __mmask16 mk = (__mmask16)((1u << m) - 1u);
+        __m512 r[16];
+        for (int j = 0; j < 16; j++) r[j] = _mm512_maskz_loadu_ps(mk, x + (j < nb ? j : nb - 1) * ps + q0);
+        tr16(r);
+        for (i64 q = 0; q < m; q++) _mm512_storeu_ps(d + (q0 + q) * 16, r[q]);
+    }
+}
+
+AVX512 static void tr_out_avx512(const float *ys, i64 P, i64 nb, float *y) {
+    for (i64 q0 = 0; q0 < P; q0 += 16) {
+        i64 m = P - q0 < 16 ? P - q0 : 16;
+        __mmask16 mk = (__mmask16)((1u << m) - 1u);
+        __m512 r[16];
+        for (int q = 0; q < 16; q++) r[q] = _mm512_loadu_ps(ys + (q0 + (q < m ? q : m - 1)) * 16);
+        tr16(r);
+        for (i64 j = 0; j < nb; j++) _mm512_mask_storeu_ps(y + j * P + q0, mk, r[j]);
+    }
+}
+#endif
+#define DEFINE_DWC(SUFFIX, ATTR, VEC, VB)                                                      \
+    ATTR static void dwc_##SUFFIX(const float *x, i64 C, i64 H, i64 W, i64 pt, i64 pl, i64 HP,  \
+                                  i64 WP, i64 KH, i64 KW,                                      \
+                                  i64 sy, i64 sx, i64 dy, i64 dx, float *y, i64 OH, i64 OW,    \
+                                  int act, const float *ap, float *scr, const float *wblk) {   \
+        i64 K = KH * KW, P = OH * OW, HW = H * W;                                              \
+        float *xs = scr, *ys = xs + HP * WP * VB; /* the padding of xs stays zero */           \
+        i64 offs[K];                                                                           \
+        for (i64 ky = 0, t = 0; ky < KH; ky++)                                                 \
+            for (i64 kx = 0; kx < KW; kx++) offs[t++] = (ky * dy * WP + kx * dx) * VB;         \
+        for (i64 c0 = 0; c0 < C; c0 += VB) {                                                   \
+            i64 nb = C - c0 < VB ? C - c0 : VB;                                                \
+            for (i64 h = 0; h < H; h++) /* lanes past C repeat the last channel */             \
+                tr_in_##SUFFIX(x + c0 * HW + h * W, HW, nb, W, xs + ((pt + h) * WP + pl) * VB); \
+            const float *ws = wblk + (c0 / VB) * (K + 1) * VB, *bs = ws + K * VB;              \
+            VEC bv;                                                                            \
+            memcpy(&bv, bs, sizeof(VEC));                                                      \
+            for (i64 oh = 0; oh < OH; oh++) {                                                  \
+                const float *row = xs + oh * sy * WP * VB;                                     \
+                for (i64 ow0 = 0; ow0 < OW; ow0 += DWC_R) {                                    \
+                    const float *src[DWC_R];                                                   \
+                    for (int r = 0; r < DWC_R; r++) {                                          \
+                        i64 ow = ow0 + r < OW ? ow0 + r : OW - 1;                              \
+                        src[r] = row + ow * sx * VB;                                           \
+                    }                                                                          \
+                    VEC a[DWC_R];                                                              \
+                    _Pragma("GCC unroll 8") for (int r = 0; r < DWC_R; r++) a[r] = (VEC){0};   \
+                    for (i64 t = 0; t < K; t++) {                                              \
+                        VEC wt;                                                                \
+                        memcpy(&wt, ws + t * VB, sizeof(VEC));                                 \
+                        i64 of = offs[t];                                                      \
+                        _Pragma("GCC unroll 8") for (int r = 0; r < DWC_R; r++) {              \
+                            VEC xv;                                                            \
+                            memcpy(&xv, src[r] + of, sizeof(VEC));                             \
+                            a[r] += xv * wt;                                                   \
+                        }                                                                      \
+                    }                                                                          \
+                    _Pragma("GCC unroll 8") for (int r = 0; r < DWC_R; r++) {                  \
+                        if (ow0 + r >= OW) break;                                              \
+                        VEC v = epi_##SUFFIX(a[r] + bv, act, ap);                              \
+                        memcpy(ys + (oh * OW + ow0 + r) * VB, &v, sizeof(VEC));                \
+                    }                                                                          \
+                }                                                                              \
+            }                                                                                  \
+            tr_out_##SUFFIX(ys, P, nb, y + c0 * P);                                            \
+        }                                                                                      \
+    }
+
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #define HAVE_X86 1
 typedef float v16 __attribute__((vector_size(64)));
@@ -523,6 +649,9 @@ static const vi16 EVEN_avx512 = {0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 
 static const vi8 EVEN_avx2 = {0, 2, 4, 6, 9, 11, 13, 15};
 DEFINE_DW(avx512, __attribute__((target("avx512f,fma"))), v16, vi16, 16)
 DEFINE_DW(avx2, __attribute__((target("avx2,fma"))), v8, vi8, 8)
+DEFINE_TR_SCALAR(avx2, __attribute__((target("avx2,fma"))), 8)
+DEFINE_DWC(avx512, __attribute__((target("avx512f,fma"))), v16, 16)
+DEFINE_DWC(avx2, __attribute__((target("avx2,fma"))), v8, 8)
 DEFINE_POOL(avx512, __attribute__((target("avx512f,fma"))), v16, vi16, 16)
 DEFINE_POOL(avx2, __attribute__((target("avx2,fma"))), v8, vi8, 8)
 #endif
@@ -559,7 +688,7 @@ int npu_conv2d_f32(const float *xp, i64 C, i64 HP, i64 WP, const float *wpk, i64
     return -1;
 }
 
-/* Scratch floats npu_dwconv2d_f32 needs for a padded plane of HP x WP. */
+/* The row length of npu_dwconv2d_f32's padded plane of HP x WP. */
 static i64 dw_row(i64 WP, i64 KW, i64 sy, i64 sx, i64 dy, i64 dx, i64 lanes) {
     if (sx == 1 && sy == 1 && dy == 1) return WP; /* computed in bands of whole rows (read slack below) */
     i64 need = (lanes - 1) * (sx > 2 ? sx : 2) + (KW - 1) * dx + lanes + 1;
@@ -572,18 +701,31 @@ static i64 dw_plane(i64 HP, i64 WP, i64 KW, i64 sy, i64 sx, i64 dy, i64 dx, i64 
     return (HP + 5) * dw_row(WP, KW, sy, sx, dy, dx, lanes) + KW * dx + 4 * lanes;
 }
 
-i64 npu_dwconv_scratch(i64 HP, i64 WP, i64 KW, i64 sy, i64 sx, i64 dy, i64 dx, i64 lanes) {
+/* Scratch floats npu_dwconv2d_f32 needs; blocked: for the channels-as-lanes path (dwc). */
+i64 npu_dwconv_scratch(i64 HP, i64 WP, i64 KW, i64 sy, i64 sx, i64 dy, i64 dx, i64 lanes, i64 OH,
+                       i64 OW, i64 blocked) {
+    if (blocked) return (HP * WP + OH * OW) * lanes;
     return 2 * dw_plane(HP, WP, KW, sy, sx, dy, dx, lanes);
 }
 
 /* Depthwise y (M, OH, OW) of one unpadded image x (C, H, W), M a multiple of C, pads pt (top)
- * and pl (left) within the padded HP x WP; scr: npu_dwconv_scratch() floats, all zero. */
+ * and pl (left) within the padded HP x WP; scr: npu_dwconv_scratch() floats, all zero (the
+ * channels-as-lanes path writes only the plane's interior and its output staging, so its
+ * scratch may serve the next call of the same geometry as it is); wblk not NULL (M = C): that
+ * path, with per block of lanes channels the K tap vectors and the bias vector, (K + 1) x lanes
+ * floats (lanes past C repeat the last channel). */
+
 int npu_dwconv2d_f32(const float *x, i64 C, i64 H, i64 W, i64 pt, i64 pl, i64 HP, i64 WP,
                      const float *w, i64 M, i64 KH, i64 KW, const float *bias, i64 sy, i64 sx,
                      i64 dy, i64 dx, float *y, i64 OH, i64 OW, i64 lanes, int act,
-                     const float *ap, float *scr) {
+                     const float *ap, float *scr, const float *wblk) {
 #ifdef HAVE_X86
     i64 LW = dw_row(WP, KW, sy, sx, dy, dx, lanes), zoff = dw_plane(HP, WP, KW, sy, sx, dy, dx, lanes);
+    if (wblk && M == C && (lanes == 16 || lanes == 8)) {
+        (lanes == 16 ? dwc_avx512 : dwc_avx2)(x, C, H, W, pt, pl, HP, WP, KH, KW, sy, sx, dy, dx, y, OH, OW,
+                                              act, ap, scr, wblk);
+        return 0;
+    }
     if (lanes == 16) {
         dw_avx512(x, C, H, W, pt, pl, w, M, KH, KW, bias, sy, sx, dy, dx, y, OH, OW, act, ap, scr, LW, scr + zoff);
         return 0;
@@ -595,7 +737,7 @@ int npu_dwconv2d_f32(const float *x, i64 C, i64 H, i64 W, i64 pt, i64 pl, i64 HP
 #endif
     (void)x; (void)C; (void)H; (void)W; (void)pt; (void)pl; (void)HP; (void)WP; (void)w; (void)M;
     (void)KH; (void)KW; (void)bias; (void)sy; (void)sx; (void)dy; (void)dx; (void)y; (void)OH;
-    (void)OW; (void)lanes; (void)act; (void)ap; (void)scr;
+    (void)OW; (void)lanes; (void)act; (void)ap; (void)scr; (void)wblk;
     return -1;
 }
 
@@ -642,8 +784,24 @@ int npu_pool2d_f32(const float *x, i64 P, i64 H, i64 W, float *y, i64 OH, i64 OW
     return -1;
 }
 
+/* addr(a): the address of a contiguous buffer's first byte (a numpy array's data), through the
+ * buffer protocol: ~0.1 us where numpy's a.ctypes.data builds an object (~1.1 us), paid for
+ * every array of every kernel call (a small model's convolution took ~6 us of it). */
+static PyObject *addr(PyObject *self, PyObject *obj) {
+    (void)self;
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_ANY_CONTIGUOUS) < 0) return NULL;
+    void *p = view.buf;
+    PyBuffer_Release(&view);
+    return PyLong_FromVoidPtr(p);
+}
+
+static PyMethodDef methods[] = {
+    {"addr", addr, METH_O, "Address of a contiguous buffer's data (a numpy array's a.ctypes.data)."},
+    {NULL, NULL, 0, NULL}};
+
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cconv",
                                     "Direct SIMD convolution kernels, called through ctypes.",
-                                    -1, NULL, NULL, NULL, NULL, NULL};
+                                    -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__cconv(void) { return PyModule_Create(&module); }

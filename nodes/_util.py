@@ -9,6 +9,13 @@ import numpy as np
 from nodes.spec import NodeContext, OpError
 from nodes.types import Dim, TensorType
 
+try:  # the compiled kernels' module: addr through the buffer protocol (~0.05 us; a.ctypes.data ~1.1)
+    from nodes._cconv import addr
+except ImportError:  # not built: numpy's own
+    def addr(a: np.ndarray) -> int:
+        """The address of a contiguous array's data."""
+        return a.ctypes.data
+
 
 def broadcast_shapes(*shapes: Sequence[Dim] | None) -> tuple[Dim, ...] | None:
     """Numpy-style broadcast of shapes that may hold symbolic or unknown dims."""

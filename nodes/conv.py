@@ -356,6 +356,9 @@ and at stride 2 (48 -> 24 on 160x160: 4.9 -> 5.3); even with 64 outputs (128 -> 
 256 -> 64 on 10x10: 0.87 -> 0.88), hence at most SHIFTED_MAX_OUT output channels."""
 SHIFTED_MAX_OUT = 32
 
+FAST_CALL = "direct_call"
+"""Conv cache key: (x shape, x dtype, w, b, epilogue, fn) once conv_nd ran a C kernel; fn(x) runs it
+again without conv_nd's checks and routing (~4 us a call; a small model has 35 convolutions)."""
 
 EPILOGUE = "epilogue"
 """Key of a Conv step's cache set by the fused plan (engine/sim/plan_fusion.py) when the
@@ -404,23 +407,15 @@ def _conv_nd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequen
     ktot = prod(kernel)
     if (group > 1 and cg == 1 and mg < direct_conv.DIRECT_MIN_GROUP_OUT and ktot > 1 and len(kernel) == 2
             and cdt == np.float32 and direct_conv.lanes()):
-        prep = cache.get("direct") if cache is not None else None
-        if prep is None or not prep.fits(w, b):
-            prep = direct_conv.Depthwise(w, b)
-            if cache is not None:
-                cache["direct"] = prep
-        return prep(x, kernel, strides, dils, pb, pe, out, epilogue), True
+        return _direct(cache, lambda: direct_conv.Depthwise(w, b), x, w, b, epilogue,
+                       lambda prep, x_: prep(x_, kernel, strides, dils, pb, pe, out, epilogue)), True
     if group > 1 and ktot > 1 and len(kernel) == 2 and cg * mg <= DIRECT_GROUP_WIDTH:
         return conv2d_phases(x, w, b, strides, dils, (*pb, *pe), out), False
     if (len(kernel) == 2 and cdt == np.float32 and direct_conv.lanes() and (
             (ktot > 1 and (group == 1 or mg >= direct_conv.DIRECT_MIN_GROUP_OUT))
             or (ktot == 1 and group == 1 and direct_conv.direct_pointwise(p, m, c_in)))):
-        prep = cache.get("direct") if cache is not None else None
-        if prep is None or not prep.fits(w, b):
-            prep = direct_conv.Prepared(w, b, group)
-            if cache is not None:
-                cache["direct"] = prep
-        return prep(pad_spatial(x, pb, pe), strides, dils, out, epilogue), True
+        return _direct(cache, lambda: direct_conv.Prepared(w, b, group), x, w, b, epilogue,
+                       lambda prep, x_: prep(pad_spatial(x_, pb, pe), strides, dils, out, epilogue)), True
     if (group == 1 and ktot > 1 and len(kernel) == 2 and tuple(strides) == (1, 1) and m <= SHIFTED_MAX_OUT
             and c_in >= SHIFTED_MIN_RATIO * m):
         prep = cache.get("shifted") if cache is not None else None
@@ -458,6 +453,18 @@ def _conv_nd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequen
     if b is not None:
         add_bias(y, b.astype(cdt, copy=False))
     return y, False
+
+
+def _direct(cache: dict | None, make, x: np.ndarray, w: np.ndarray, b: Any, epilogue: Any, call) -> np.ndarray:
+    """call(prep, x), prep the node's C kernel (kept in ``cache``); kept as its FAST_CALL."""
+    prep = cache.get("direct") if cache is not None else None
+    if prep is None or not prep.fits(w, b):
+        prep = make()
+        if cache is not None:
+            cache["direct"] = prep
+    if cache is not None:
+        cache[FAST_CALL] = (x.shape, x.dtype, w, b, epilogue, lambda x_: call(prep, x_))
+    return call(prep, x)
 
 
 BIAS_ROW_MAX = 4096
@@ -510,6 +517,10 @@ class ConvSpec(OpSpec):
 
     def reference(self, ctx: RunContext, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
         """im2col + matmul per group; a pointwise convolution of one image is one matmul."""
+        direct = ctx.cache.get(FAST_CALL)
+        if (direct is not None and direct[0] == x.shape and direct[1] == x.dtype and direct[2] is w and direct[3] is b
+                and direct[4] is ctx.cache.get(EPILOGUE)):
+            return direct[5](x)
         fast = ctx.cache.get("pointwise")
         if fast is not None and fast[0] is w and fast[1] is b and fast[2] == x.shape and fast[3] == x.dtype:
             y = np.matmul(fast[4], x.reshape(fast[5])).reshape(fast[7])

@@ -20,6 +20,7 @@ import os
 
 import numpy as np
 
+from nodes._util import addr
 from nodes.direct_conv import DISABLE_ENV
 
 MAX_K = 33025
@@ -56,8 +57,7 @@ def available() -> bool:
     return os.environ.get(DISABLE_ENV, "") in ("", "0") and _lib() is not None
 
 
-def _ptr(a: np.ndarray) -> int:
-    return a.ctypes.data
+_ptr = addr
 
 
 def _flip(dtype: np.dtype, unsigned: bool) -> int:

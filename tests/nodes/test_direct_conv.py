@@ -186,16 +186,31 @@ DW_CASES = [
 ]
 
 
-def _dw(x, w, b, kernel, strides, pads, dils, vb, ep=None):
+# channels as lanes (every case with one output per channel): channel counts not a multiple of
+# the vector (the last block's lanes repeat a channel), several blocks, rows of 1..15 and of
+# more than 16 pixels (the transposes' tails), output pixel runs of 8 and their tail
+DW_BLOCKED_CASES = [
+    ((1, 37, 7, 7), 1, (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),
+    ((2, 20, 14, 14), 1, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
+    ((1, 9, 2, 45), 1, (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),
+    ((1, 16, 5, 11), 1, (7, 7), (1, 2), (3, 3, 3, 3), (1, 2)),
+]
+
+
+def _dw(x, w, b, kernel, strides, pads, dils, vb, ep=None, blocked=None, prep=None):
     n = 2
     out = [(x.shape[2 + i] + pads[i] + pads[n + i] - ((kernel[i] - 1) * dils[i] + 1)) // strides[i] + 1
            for i in range(n)]
-    return direct_conv.Depthwise(w, b, vb)(x, kernel, strides, dils, pads[:n], pads[n:], out, ep)
+    prep = prep or direct_conv.Depthwise(w, b, vb)
+    return prep(x, kernel, strides, dils, pads[:n], pads[n:], out, ep, blocked)
 
 
 @pytest.mark.parametrize("vb", _widths())
-@pytest.mark.parametrize(("x_shape", "mult", "kernel", "strides", "pads", "dils"), DW_CASES)
-def test_depthwise_conv_matches_the_definition(x_shape, mult, kernel, strides, pads, dils, vb):
+@pytest.mark.parametrize("blocked", [False, True], ids=["pixel_lanes", "channel_lanes"])
+@pytest.mark.parametrize(("x_shape", "mult", "kernel", "strides", "pads", "dils"), DW_CASES + DW_BLOCKED_CASES)
+def test_depthwise_conv_matches_the_definition(x_shape, mult, kernel, strides, pads, dils, vb, blocked):
+    if blocked and mult != 1:
+        pytest.skip("channels as lanes take one output per channel")
     rng = np.random.default_rng(11)
     x = rng.standard_normal(x_shape).astype(np.float32)
     c = x_shape[1]
@@ -203,22 +218,48 @@ def test_depthwise_conv_matches_the_definition(x_shape, mult, kernel, strides, p
     b = rng.standard_normal(c * mult).astype(np.float32)
     crop = x[:, :, max(0, -pads[0]):x.shape[2] - max(0, -pads[2]), max(0, -pads[1]):x.shape[3] - max(0, -pads[3])]
     ref = naive_conv(crop, w, b, list(strides), [max(0, p) for p in pads], list(dils), c)
-    y = _dw(x, w, b, kernel, strides, pads, dils, vb)
+    y = _dw(x, w, b, kernel, strides, pads, dils, vb, blocked=blocked)
     assert y.shape == ref.shape and y.dtype == np.float32
     np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
 
 
 @pytest.mark.parametrize("vb", _widths())
+@pytest.mark.parametrize(("x_shape", "mult", "kernel", "strides", "pads", "dils"), DW_CASES + DW_BLOCKED_CASES)
+def test_both_depthwise_paths_give_the_same_values(x_shape, mult, kernel, strides, pads, dils, vb):
+    """Channels as lanes sum each output's taps in the order the pixel-lane paths do: equal bits,
+    and its kept scratch serves a second input of the same shape with nothing left over."""
+    if mult != 1:
+        pytest.skip("channels as lanes take one output per channel")
+    rng = np.random.default_rng(5)
+    c = x_shape[1]
+    w = rng.standard_normal((c, 1, *kernel)).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
+    prep = direct_conv.Depthwise(w, b, vb)
+    for _ in range(2):
+        x = rng.standard_normal(x_shape).astype(np.float32)
+        np.testing.assert_array_equal(_dw(x, w, b, kernel, strides, pads, dils, vb, blocked=True, prep=prep),
+                                      _dw(x, w, b, kernel, strides, pads, dils, vb, blocked=False))
+
+
+def test_small_planes_take_channels_as_lanes():
+    """The measured rule (direct_conv.Depthwise.blocked_lanes): narrow rows or small planes."""
+    rule = direct_conv.Depthwise.blocked_lanes
+    assert rule(512, 7, 7) and rule(200, 2, 96) and rule(96, 20, 20)
+    assert not rule(64, 56, 56) and not rule(16, 112, 112) and not rule(32, 32, 32)
+
+
+@pytest.mark.parametrize("vb", _widths())
+@pytest.mark.parametrize("blocked", [False, True], ids=["pixel_lanes", "channel_lanes"])
 @pytest.mark.parametrize("stride", [1, 2])
 @pytest.mark.parametrize("width", range(1, 41))
-def test_every_depthwise_row_width(width, stride, vb):
+def test_every_depthwise_row_width(width, stride, vb, blocked):
     """Rows of any width land every output: whole vectors, an overlapping last tile, or one
     partial tile stored lane by lane; the scratch's slack is never read into a stored lane."""
     rng = np.random.default_rng(width)
     x = rng.standard_normal((1, 3, 5, width)).astype(np.float32)
     w = rng.standard_normal((3, 1, 3, 3)).astype(np.float32)
     ref = naive_conv(x, w, None, [stride, stride], [1, 1, 1, 1], [1, 1], 3)
-    got = _dw(x, w, None, (3, 3), (stride, stride), (1, 1, 1, 1), (1, 1), vb)
+    got = _dw(x, w, None, (3, 3), (stride, stride), (1, 1, 1, 1), (1, 1), vb, blocked=blocked)
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
 
 
@@ -229,7 +270,7 @@ EPILOGUES = [direct_conv.RELU, direct_conv.HARD_SWISH] + [
 
 @pytest.mark.parametrize("vb", _widths())
 @pytest.mark.parametrize("ep", EPILOGUES, ids=repr)
-@pytest.mark.parametrize("kind", ["dense", "depthwise", "depthwise_bands", "depthwise_s2"])
+@pytest.mark.parametrize("kind", ["dense", "depthwise", "depthwise_bands", "depthwise_s2", "depthwise_channel_lanes"])
 def test_an_epilogue_gives_the_unfused_activations_values(kind, ep, vb):
     """The activation applied as each output is stored equals, bit for bit, the activation's own
     pass over the stored output (what the unfused plan runs): NaN, -0 and every clip branch."""
@@ -244,11 +285,12 @@ def test_an_epilogue_gives_the_unfused_activations_values(kind, ep, vb):
         def run(e):
             return direct_conv.Prepared(w, None, 1, vb)(xp, (1, 1), (1, 1), (6, 21), e)
     else:
-        k, st = {"depthwise": (3, 1), "depthwise_bands": (5, 1), "depthwise_s2": (3, 2)}[kind]
+        k, st = {"depthwise": (3, 1), "depthwise_bands": (5, 1), "depthwise_s2": (3, 2),
+                 "depthwise_channel_lanes": (3, 1)}[kind]
         w = rng.standard_normal((4, 1, k, k)).astype(np.float32)
 
         def run(e):
-            return _dw(x, w, None, (k, k), (st, st), (k // 2,) * 4, (1, 1), vb, e)
+            return _dw(x, w, None, (k, k), (st, st), (k // 2,) * 4, (1, 1), vb, e, kind == "depthwise_channel_lanes")
     plain = run(None)
     want = ep.apply(plain.copy())
     got = run(ep)
