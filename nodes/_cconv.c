@@ -399,6 +399,10 @@ static void store_plane(float *yc, const float *Z, i64 OH, i64 OW, i64 zs, const
  * 1 over whole padded planes, at stride 2 per output row then over the even and odd half-planes,
  * otherwise per output row. Max propagates NaN and returns the second operand of equal values,
  * as np.maximum does. */
+/* Pooling at stride 2: the combined row and the slack its last vectors' even-lane loads read. */
+#define POOL_S2_NEED(OW, kw, dw) (2 * (((OW) + 15) / 16) * 16 + (kw) * (dw) + 2 * 16)
+#define POOL_S2_ROW(OW, kw, dw, wp) (POOL_S2_NEED(OW, kw, dw) > (wp) + 32 ? POOL_S2_NEED(OW, kw, dw) : (wp) + 32)
+
 #define DEFINE_POOL(SUFFIX, ATTR, VEC, VI, VB)                                                  \
     ATTR static inline VEC pmax_##SUFFIX(VEC a, VEC b) {                                       \
         return sel_##SUFFIX((a > b) | (a != a), a, b);                                         \
@@ -447,31 +451,38 @@ static void store_plane(float *yc, const float *Z, i64 OH, i64 OW, i64 zs, const
             }                                                                                  \
             return;                                                                            \
         }                                                                                      \
-        if (sx == 2) { /* rows combined per output row, then the taps over whole half-planes */ \
-            i64 hpp = (OH - 1) * sy + (kh - 1) * dh + 1, wpp = wp + (wp & 1), hw = wpp / 2;    \
+        if (sx == 2) { /* per output row: its rows combined, then each tap's even lanes of it */ \
+            i64 hpp = (OH - 1) * sy + (kh - 1) * dh + 1, wpp = wp;                             \
             if (pt + H > hpp) hpp = pt + H;                                                    \
-            i64 n = OH * hw;                                                                   \
-            float *S = flat, *V = S + hpp * wpp, *E = V + OH * wpp, *O = E + n + kw * dw + VB; \
-            float *Z = O + n + kw * dw + VB;                                                   \
+            i64 nv = (OW + VB - 1) / VB, rl = POOL_S2_ROW(OW, kw, dw, wpp);                    \
+            float *S = flat, *v = S + hpp * wpp, *z = v + rl;                                  \
             for (i64 i = 0; i < hpp * wpp; i++) S[i] = fill;                                   \
-            for (i64 i = 0; i < kw * dw + VB; i++) E[n + i] = fill, O[n + i] = fill;           \
+            for (i64 i = wpp; i < rl; i++) v[i] = fill;                                        \
             for (i64 pi = 0; pi < P; pi++) {                                                   \
                 const float *xc = x + pi * H * W;                                              \
                 float *yc = y + pi * OH * OW;                                                  \
                 pad_plane(S, xc, H, W, pt, pl, wpp);                                           \
                 for (i64 oy = 0; oy < OH; oy++) {                                              \
-                    float *v = V + oy * wpp;                                                   \
                     memcpy(v, S + oy * sy * wpp, wpp * sizeof(float));                         \
                     for (i64 ky = 1; ky < kh; ky++)                                            \
                         combine_##SUFFIX(v, S + (oy * sy + ky * dh) * wpp, wpp, mx);           \
+                    for (i64 q = 0; q < nv; q++) { /* lane l: v[2 (q VB + l) + tap] */          \
+                        const float *r = v + 2 * q * VB;                                       \
+                        VEC a = ld2_##SUFFIX(r, 2);                                            \
+                        for (i64 kx = 1; kx < kw; kx++) {                                      \
+                            VEC b = ld2_##SUFFIX(r + kx * dw, 2);                              \
+                            a = mx ? pmax_##SUFFIX(a, b) : a + b;                              \
+                        }                                                                      \
+                        memcpy(z + q * VB, &a, sizeof(VEC));                                   \
+                    }                                                                          \
+                    float *d = yc + oy * OW;                                                   \
+                    if (div) {                                                                 \
+                        const float *dv = div + oy * OW;                                       \
+                        for (i64 j = 0; j < OW; j++) d[j] = z[j] / dv[j];                      \
+                    } else {                                                                   \
+                        memcpy(d, z, OW * sizeof(float));                                      \
+                    }                                                                          \
                 }                                                                              \
-                for (i64 i = 0; i < n; i++) E[i] = V[2 * i], O[i] = V[2 * i + 1];              \
-                memcpy(Z, E, n * sizeof(float));                                               \
-                for (i64 kx = 1; kx < kw; kx++) {                                              \
-                    i64 t = kx * dw;                                                           \
-                    combine_##SUFFIX(Z, (t % 2 ? O : E) + t / 2, n, mx);                       \
-                }                                                                              \
-                store_plane(yc, Z, OH, OW, hw, div);                                           \
             }                                                                                  \
             return;                                                                            \
         }                                                                                      \
@@ -635,6 +646,45 @@ AVX512 static void tr_out_avx512(const float *ys, i64 P, i64 nb, float *y) {
         }                                                                                      \
     }
 
+/* Pooling of small planes with planes as the vector lanes (the choice: pool2d in
+ * nodes/direct_conv.py): per block of VB planes the plane transposed into an (HPP, WPP, VB)
+ * scratch whose padding holds the fill, each output the separable kernel's combination (the
+ * kh rows of each tap column in order, then the columns in order, then / div), transposed back.
+ * A 27x27 plane spent more in per-row calls than in its arithmetic on pixel lanes. */
+#define DEFINE_POOLC(SUFFIX, ATTR, VEC, VB)                                                     \
+    ATTR static void poolc_##SUFFIX(const float *x, i64 P, i64 H, i64 W, float *y, i64 OH,     \
+                                    i64 OW, i64 kh, i64 kw, i64 sy, i64 sx, i64 dh, i64 dw,    \
+                                    i64 pt, i64 pl, int mx, const float *div, float *scr,      \
+                                    i64 HPP, i64 WPP) {                                        \
+        i64 HW = H * W, Q = OH * OW;                                                           \
+        float *xs = scr, *ys = xs + HPP * WPP * VB, fill = mx ? -__builtin_inff() : 0.0f;      \
+        for (i64 i = 0; i < HPP * WPP * VB; i++) xs[i] = fill;                                 \
+        for (i64 c0 = 0; c0 < P; c0 += VB) {                                                   \
+            i64 nb = P - c0 < VB ? P - c0 : VB;                                                \
+            for (i64 h = 0; h < H; h++)                                                        \
+                tr_in_##SUFFIX(x + c0 * HW + h * W, HW, nb, W, xs + ((pt + h) * WPP + pl) * VB); \
+            for (i64 oy = 0; oy < OH; oy++) {                                                  \
+                const float *r0 = xs + oy * sy * WPP * VB;                                     \
+                for (i64 ox = 0; ox < OW; ox++) {                                              \
+                    const float *c = r0 + ox * sx * VB;                                        \
+                    VEC a = {0};                                                               \
+                    for (i64 kx = 0; kx < kw; kx++) {                                          \
+                        VEC col, v;                                                            \
+                        memcpy(&col, c + kx * dw * VB, sizeof(VEC));                           \
+                        for (i64 ky = 1; ky < kh; ky++) {                                      \
+                            memcpy(&v, c + (ky * dh * WPP + kx * dw) * VB, sizeof(VEC));       \
+                            col = mx ? pmax_##SUFFIX(col, v) : col + v;                        \
+                        }                                                                      \
+                        a = kx == 0 ? col : (mx ? pmax_##SUFFIX(a, col) : a + col);            \
+                    }                                                                          \
+                    if (div) a = a / div[oy * OW + ox];                                        \
+                    memcpy(ys + (oy * OW + ox) * VB, &a, sizeof(VEC));                         \
+                }                                                                              \
+            }                                                                                  \
+            tr_out_##SUFFIX(ys, Q, nb, y + c0 * Q);                                            \
+        }                                                                                      \
+    }
+
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #define HAVE_X86 1
 typedef float v16 __attribute__((vector_size(64)));
@@ -654,6 +704,8 @@ DEFINE_DWC(avx512, __attribute__((target("avx512f,fma"))), v16, 16)
 DEFINE_DWC(avx2, __attribute__((target("avx2,fma"))), v8, 8)
 DEFINE_POOL(avx512, __attribute__((target("avx512f,fma"))), v16, vi16, 16)
 DEFINE_POOL(avx2, __attribute__((target("avx2,fma"))), v8, vi8, 8)
+DEFINE_POOLC(avx512, __attribute__((target("avx512f,fma"))), v16, 16)
+DEFINE_POOLC(avx2, __attribute__((target("avx2,fma"))), v8, 8)
 #endif
 
 /* SIMD width in float lanes this CPU runs the kernel with (the packing's VB); 0: no kernel,
@@ -743,20 +795,32 @@ int npu_dwconv2d_f32(const float *x, i64 C, i64 H, i64 W, i64 pt, i64 pl, i64 HP
 
 #define POOL_ROW(wp) ((wp) + 16) /* the per-row path's combined row, then the planes */
 
+
 /* Scratch floats npu_pool2d_f32 needs: the per-row path's combined row; at
  * stride 1 the padded plane and two planes of row-combined, then tap-combined, sums. */
+static void pool_plane_dims(i64 H, i64 W, i64 OH, i64 OW, i64 kh, i64 kw, i64 sy, i64 sx, i64 dh,
+                            i64 dw, i64 pt, i64 pl, i64 *hpp, i64 *wpp) {
+    i64 wp = pl + W, need = (OW - 1) * sx + (kw - 1) * dw + 1, hp = (OH - 1) * sy + (kh - 1) * dh + 1;
+    *wpp = need > wp ? need : wp;
+    *hpp = pt + H > hp ? pt + H : hp;
+}
+
 i64 npu_pool_scratch(i64 H, i64 W, i64 OH, i64 OW, i64 kh, i64 kw, i64 sy, i64 sx, i64 dh, i64 dw,
-                     i64 pt, i64 pl) {
+                     i64 pt, i64 pl, i64 blocked) {
+    if (blocked) { /* planes as lanes: the padded block and its outputs, 16 lanes at most */
+        i64 hb, wb;
+        pool_plane_dims(H, W, OH, OW, kh, kw, sy, sx, dh, dw, pt, pl, &hb, &wb);
+        return (hb * wb + OH * OW) * 16;
+    }
     i64 wp = pl + W, need = (OW - 1) * sx + (kw - 1) * dw + 1, hpp = OH + (kh - 1) * dh;
     if (need > wp) wp = need;
     if (pt + H > hpp) hpp = pt + H;
     i64 rows = POOL_ROW(wp);
     if (sx == 1 && sy == 1) return rows + hpp * wp + 2 * OH * wp + kw * dw + 2 * 16;
-    if (sx == 2) { /* the plane at an even width, the row-combined rows, its halves, the taps */
+    if (sx == 2) { /* the padded plane, one combined row with its slack, one output row */
         hpp = (OH - 1) * sy + (kh - 1) * dh + 1;
         if (pt + H > hpp) hpp = pt + H;
-        wp += wp & 1;
-        return rows + hpp * wp + OH * wp + 3 * (OH * wp / 2 + kw * dw + 16);
+        return rows + hpp * wp + POOL_S2_ROW(OW, kw, dw, wp) + (OW + 15) / 16 * 16;
     }
     return rows;
 }
@@ -765,11 +829,18 @@ i64 npu_pool_scratch(i64 H, i64 W, i64 OH, i64 OW, i64 kh, i64 kw, i64 sy, i64 s
  * div is not NULL; pads pt (top) and pl (left), the rest as far as the windows reach. */
 int npu_pool2d_f32(const float *x, i64 P, i64 H, i64 W, float *y, i64 OH, i64 OW, i64 kh, i64 kw,
                    i64 sy, i64 sx, i64 dh, i64 dw, i64 pt, i64 pl, int mx, const float *div,
-                   float *scr, i64 lanes) {
+                   float *scr, i64 lanes, i64 blocked) {
     i64 wp = pl + W, need = (OW - 1) * sx + (kw - 1) * dw + 1;
     if (need > wp) wp = need;
     float *flat = scr + POOL_ROW(wp);
 #ifdef HAVE_X86
+    if (blocked && (lanes == 16 || lanes == 8)) {
+        i64 hb, wb;
+        pool_plane_dims(H, W, OH, OW, kh, kw, sy, sx, dh, dw, pt, pl, &hb, &wb);
+        (lanes == 16 ? poolc_avx512 : poolc_avx2)(x, P, H, W, y, OH, OW, kh, kw, sy, sx, dh, dw, pt, pl, mx,
+                                                  div, scr, hb, wb);
+        return 0;
+    }
     if (lanes == 16) {
         pool_avx512(x, P, H, W, y, OH, OW, kh, kw, sy, sx, dh, dw, pt, pl, mx, div, scr, wp, flat);
         return 0;
@@ -781,6 +852,7 @@ int npu_pool2d_f32(const float *x, i64 P, i64 H, i64 W, float *y, i64 OH, i64 OW
 #endif
     (void)x; (void)P; (void)H; (void)W; (void)y; (void)OH; (void)OW; (void)kh; (void)kw; (void)sy;
     (void)sx; (void)dh; (void)dw; (void)pt; (void)pl; (void)mx; (void)div; (void)scr; (void)wp; (void)flat;
+    (void)blocked;
     return -1;
 }
 

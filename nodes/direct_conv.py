@@ -108,10 +108,10 @@ def _lib() -> ctypes.CDLL | None:
     lib.npu_conv2d_f32.argtypes = [ptr, i64, i64, i64, ptr, i64, i64, i64, ptr, i64, i64, i64, i64,
                                    ptr, i64, i64, i64, ptr, ctypes.c_int, ptr]
     lib.npu_pool_scratch.restype = i64
-    lib.npu_pool_scratch.argtypes = [i64] * 12
+    lib.npu_pool_scratch.argtypes = [i64] * 13
     lib.npu_pool2d_f32.restype = ctypes.c_int
     lib.npu_pool2d_f32.argtypes = [ptr, i64, i64, i64, ptr, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64,
-                                   ctypes.c_int, ptr, ptr, i64]
+                                   ctypes.c_int, ptr, ptr, i64, i64]
     lib.npu_dwconv_scratch.restype = i64
     lib.npu_dwconv_scratch.argtypes = [i64] * 11
     lib.npu_dwconv2d_f32.restype = ctypes.c_int
@@ -273,16 +273,32 @@ class Depthwise:
 
 def pool2d(x: np.ndarray, kernel: Sequence[int], out_hw: Sequence[int], strides: Sequence[int],
            dils: Sequence[int], is_max: bool, pads: Sequence[int], div: np.ndarray | None,
-           vb: int | None = None) -> np.ndarray:
+           vb: int | None = None, blocked: bool | None = None) -> np.ndarray:
     """nodes.kernels.pool2d of a C-contiguous float32 ``x`` on the C kernel (npu_pool2d_f32): the
-    numba kernel's order of operations, vector loops for the row combines and the taps."""
+    numba kernel's order of operations, vector loops for the row combines and the taps, or with
+    planes as the vector lanes (``blocked``; None: ``pool_blocked`` says)."""
     lib, vb = _lib(), vb or lanes()
     n, c, h, w = x.shape
     oh, ow = int(out_hw[0]), int(out_hw[1])
     (kh, kw), (sy, sx), (dh, dw), (pt, pl) = kernel, strides, dils, pads
+    blk = int(pool_blocked(oh, ow, sx) if blocked is None else blocked)
     y = np.empty((n, c, oh, ow), np.float32)
-    scr = np.empty(lib.npu_pool_scratch(h, w, oh, ow, kh, kw, sy, sx, dh, dw, pt, pl), np.float32)
+    scr = np.empty(lib.npu_pool_scratch(h, w, oh, ow, kh, kw, sy, sx, dh, dw, pt, pl, blk), np.float32)
     d = None if div is None else np.ascontiguousarray(np.broadcast_to(div, (oh, ow)), np.float32)
     lib.npu_pool2d_f32(addr(x), n * c, h, w, addr(y), oh, ow, kh, kw, sy, sx, dh, dw, pt, pl,
-                       int(is_max), None if d is None else addr(d), addr(scr), vb)
+                       int(is_max), None if d is None else addr(d), addr(scr), vb, blk)
     return y
+
+
+def pool_blocked(oh: int, ow: int, sx: int) -> bool:
+    """Whether 2-D pooling runs with planes as the vector lanes (per block of VB planes the plane
+    transposed to (H, W, VB)) rather than pixels of a row: strided windows (no even-lane
+    shuffles) and small outputs (pixel lanes pay per-row calls for a vector or two of work).
+    Measured side by side (us, pixel lanes / planes as lanes / onnxruntime, one thread, 3x3 max):
+    64ch 111x111 s2 304 / 252 / 119; 128ch 55x55 s2 233 / 123 / 63; 256ch 27x27 s2 214 / 59 /
+    37; 480ch 28x28 s2 424 / 117 / 64; 832ch 14x14 s1 160 / 119 / 57; but 192ch 28x28 s1 102 /
+    133 / 52 and 64ch 56x56 s1 109 / 149 / 63, where whole-plane passes win."""
+    return sx >= 2 or oh * ow <= POOL_BLOCKED_MAX_PIXELS
+
+
+POOL_BLOCKED_MAX_PIXELS = 256

@@ -338,22 +338,27 @@ POOL_CASES = [
     ((1, 2, 12, 20), (3, 2), (3, 3), (1, 1), (1, 1), (4, 7)),  # stride 3: the per-row path
     ((1, 6, 5, 3), (5, 5), (1, 1), (1, 1), (2, 2), (5, 3)),  # windows wider than the image
     ((1, 3, 20, 41), (3, 3), (2, 1), (1, 1), (1, 1), (10, 41)),  # mixed strides
+    ((1, 37, 13, 11), (3, 3), (2, 2), (1, 1), (1, 1), (7, 6)),  # 37 planes: blocks of lanes and a tail
+    ((2, 9, 27, 27), (3, 3), (2, 2), (1, 1), (0, 0), (13, 13)),  # SqueezeNet's pools, batch 2
 ]
 
 
 @pytest.mark.parametrize("vb", _widths())
+@pytest.mark.parametrize("blocked", [False, True], ids=["pixel_lanes", "plane_lanes"])
 @pytest.mark.parametrize("is_max", [True, False], ids=["max", "avg"])
 @pytest.mark.parametrize(("x_shape", "kernel", "strides", "dils", "pads", "out"), POOL_CASES)
-def test_pooling_matches_the_numba_kernel_bit_for_bit(x_shape, kernel, strides, dils, pads, out, is_max, vb):
-    """The C pool (whole planes at stride 1, half-planes at stride 2, rows otherwise) gives the
-    numba kernel's values exactly: the same sums in the same order, max propagating NaN."""
+def test_pooling_matches_the_numba_kernel_bit_for_bit(x_shape, kernel, strides, dils, pads, out, is_max, vb,
+                                                      blocked):
+    """The C pool (pixel lanes: whole planes at stride 1, even lanes of combined rows at stride 2,
+    rows otherwise; or planes as lanes) gives the numba kernel's values exactly: the same sums in
+    the same order, max propagating NaN."""
     from nodes._kernels_jit import pool2d_separable
 
     rng = np.random.default_rng(sum(x_shape))
     x = rng.standard_normal(x_shape).astype(np.float32)
     x[0, 0, 2, 2] = np.nan
     div = None if is_max else (rng.integers(1, 9, out) + 0.5).astype(np.float32)
-    got = direct_conv.pool2d(x, kernel, out, strides, dils, is_max, pads, div, vb)
+    got = direct_conv.pool2d(x, kernel, out, strides, dils, is_max, pads, div, vb, blocked)
     want = np.empty((*x_shape[:2], *out), np.float32)
     pool2d_separable(x, want, *kernel, *strides, *dils, *pads, is_max, np.empty((0, 0), np.float32) if div is None else div)
     np.testing.assert_array_equal(got, want)
