@@ -176,6 +176,10 @@ _IN_PLACE: dict[str, Fn] = {
 }
 """Activations that write into their input when the executor donates it (same results as fn)."""
 
+_COMPILED_IN_PLACE = {"Relu": None, "HardSwish": None, "HardSigmoid": None, "Sigmoid": np.dtype(np.float32)}
+"""In-place activations that run a compiled kernel on a C-contiguous input (of this dtype where
+one is named): no numpy warning to silence, so no np.errstate (~1.2 us a step)."""
+
 
 class PointwiseSpec(FnSpec):
     """An activation applied elementwise: fn(x, attrs); the output has the input's type."""
@@ -199,6 +203,8 @@ class PointwiseSpec(FnSpec):
         """Apply the function; low floats (and ints for float-only ops) go through float32."""
         dt = x.dtype
         if ctx.donate == 0 and dt in (np.float32, np.float64) and x.ndim > 0:
+            if self.op_type in _COMPILED_IN_PLACE and x.flags.c_contiguous and _COMPILED_IN_PLACE[self.op_type] in (None, dt):
+                return self.in_place(x, ctx.attrs)  # type: ignore[misc]
             with np.errstate(all="ignore"):
                 return self.in_place(x, ctx.attrs)  # type: ignore[misc]
         if is_low_float(dt) or (dt.kind in "biu" and not self.int_ok):

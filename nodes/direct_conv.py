@@ -144,7 +144,7 @@ class Prepared:
     to whole vectors): a run then costs an output allocation and one C call per image and
     group. Nothing in it changes after construction, so plans on several threads can share it."""
 
-    __slots__ = ("b", "bias", "m", "packed", "w")
+    __slots__ = ("_calls", "b", "bias", "m", "packed", "w")
 
     def __init__(self, w: np.ndarray, b: np.ndarray | None, group: int, vb: int | None = None) -> None:
         self.w, self.b = w, b
@@ -154,6 +154,7 @@ class Prepared:
         self.bias = np.zeros((g, nb * lanes_), np.float32)  # a whole vector per block
         if b is not None:
             self.bias[:, :m // g] = np.asarray(b, np.float32).reshape(g, m // g)
+        self._calls: dict[tuple, tuple] = {}  # per input geometry: the kernel calls' fixed arguments
 
     def fits(self, w: np.ndarray, b: np.ndarray | None) -> bool:
         return self.w is w and self.b is b
@@ -163,25 +164,35 @@ class Prepared:
         """(N, M, OH, OW) float32 convolution of the padded input ``xp`` (N, C, HP, WP; the
         padding already applied: the kernel reads it in place); ``epilogue`` applied as each
         output is stored."""
-        run = _lib().npu_conv2d_f32
+        xp = np.ascontiguousarray(xp, np.float32)
+        key = (xp.shape, strides[0], strides[1], dils[0], dils[1], out_hw[0], out_hw[1], epilogue)
+        plan = self._calls.get(key)
+        if plan is None:  # worked out once per geometry: a small model's convolutions run in ~10 us
+            plan = self._calls[key] = self._plan(xp.shape, strides, dils, out_hw, epilogue)
+        run, yshape, noffs, calls, mid, tail = plan
+        y = np.empty(yshape, np.float32)
+        offs = np.empty(noffs, np.int64)  # the kernel's tap offsets (written per call: they depend on xp)
+        x0, y0, o0 = addr(xp), addr(y), addr(offs)
+        for xo, w0, b0, yo in calls:
+            run(x0 + xo, *mid[0], w0, *mid[1], b0, *mid[2], y0 + yo, *mid[3], o0, *tail)
+        return y
+
+    def _plan(self, xshape: tuple, strides: Sequence[int], dils: Sequence[int], out_hw: Sequence[int],
+              epilogue: Epilogue | None) -> tuple:
         group, _, cg, kh, kw, vb = self.packed.shape
         m = self.m
-        n, c, hp, wp = xp.shape
+        n, c, hp, wp = xshape
         oh, ow = int(out_hw[0]), int(out_hw[1])
-        xp = np.ascontiguousarray(xp, np.float32)
-        y = np.empty((n, m, oh, ow), np.float32)
         mg = m // group
-        offs = np.empty(cg * kh * kw, np.int64)  # the kernel's tap offsets (per call: they depend on xp)
-        x0, y0, w0, b0 = addr(xp), addr(y), addr(self.packed), addr(self.bias)
         sy, sx, dh, dw = int(strides[0]), int(strides[1]), int(dils[0]), int(dils[1])
         x_img, y_img, x_grp, y_grp = c * hp * wp * 4, m * oh * ow * 4, cg * hp * wp * 4, mg * oh * ow * 4
+        w0, b0 = addr(self.packed), addr(self.bias)
         w_grp, b_grp = self.packed[0].nbytes, self.bias[0].nbytes
-        act, ap = (epilogue.code, epilogue.ap) if epilogue is not None else (0, None)
-        for i in range(n):
-            for g in range(group):
-                run(x0 + i * x_img + g * x_grp, cg, hp, wp, w0 + g * w_grp, mg, kh, kw, b0 + g * b_grp, sy, sx,
-                    dh, dw, y0 + i * y_img + g * y_grp, oh, ow, vb, addr(offs), act, ap)
-        return y
+        calls = tuple((i * x_img + g * x_grp, w0 + g * w_grp, b0 + g * b_grp, i * y_img + g * y_grp)
+                      for i in range(n) for g in range(group))
+        tail = (epilogue.code, epilogue.ap) if epilogue is not None else (0, None)
+        mid = ((cg, hp, wp), (mg, kh, kw), (sy, sx, dh, dw), (oh, ow, vb))
+        return _lib().npu_conv2d_f32, (n, m, oh, ow), cg * kh * kw, calls, mid, tail
 
 
 BLOCKED_MAX_OW, BLOCKED_MAX_PIXELS = 16, 512

@@ -7,6 +7,7 @@ numpy has no fast or accurate kernel, and the result is cast back to the input d
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -115,7 +116,7 @@ class BinarySpec(FnSpec):
             b = b.reshape(b.shape + (1,) * pad)
         elif ctx.donate >= 0 and a.dtype == b.dtype and a.dtype in _NATIVE_FLOATS:
             target = b if ctx.donate else a
-            if target.shape == np.broadcast_shapes(a.shape, b.shape):
+            if target.shape == _broadcast(a.shape, b.shape):
                 if self.op_type in CHANNEL_CODES:  # by one value per channel: one compiled pass
                     res = per_channel_(self.op_type, target, a if ctx.donate else b, not ctx.donate)
                     if res is not None:
@@ -125,6 +126,11 @@ class BinarySpec(FnSpec):
         if self.out_dtype is None and out.dtype != a.dtype:
             out = out.astype(a.dtype)
         return out
+
+
+_broadcast = functools.lru_cache(maxsize=4096)(np.broadcast_shapes)
+"""np.broadcast_shapes of two shapes, kept: ~0.1 us where the call took ~3 (a small model's 26
+elementwise steps a run)."""
 
 
 def _legacy_axis(attrs: dict, opset: int, rank_a: int, rank_b: int) -> int | None:

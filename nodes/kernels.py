@@ -37,10 +37,17 @@ from nodes.polyfit import ERF_NEAR, fit_poly
 
 
 def _jit():
-    """The compiled loops (nodes/_kernels_jit.py); numba is imported on the first call."""
-    from nodes import _kernels_jit
+    """The compiled loops (nodes/_kernels_jit.py); numba is imported on the first call (then
+    the module is kept: the import statement cost ~0.7 us per kernel call)."""
+    global _JIT
+    if _JIT is None:
+        from nodes import _kernels_jit
 
-    return _kernels_jit
+        _JIT = _kernels_jit
+    return _JIT
+
+
+_JIT = None
 
 
 PHASE_BAND = 2048
