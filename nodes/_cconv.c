@@ -452,20 +452,22 @@ static void store_plane(float *yc, const float *Z, i64 OH, i64 OW, i64 zs, const
             return;                                                                            \
         }                                                                                      \
         if (sx == 2) { /* per output row: its rows combined, then each tap's even lanes of it */ \
-            i64 hpp = (OH - 1) * sy + (kh - 1) * dh + 1, wpp = wp;                             \
-            if (pt + H > hpp) hpp = pt + H;                                                    \
-            i64 nv = (OW + VB - 1) / VB, rl = POOL_S2_ROW(OW, kw, dw, wpp);                    \
-            float *S = flat, *v = S + hpp * wpp, *z = v + rl;                                  \
-            for (i64 i = 0; i < hpp * wpp; i++) S[i] = fill;                                   \
-            for (i64 i = wpp; i < rl; i++) v[i] = fill;                                        \
+            i64 nv = (OW + VB - 1) / VB, rl = POOL_S2_ROW(OW, kw, dw, wp);                     \
+            float *v = flat, *z = v + rl;                                                      \
+            for (i64 i = 0; i < rl; i++) v[i] = fill; /* the padding columns keep it */        \
             for (i64 pi = 0; pi < P; pi++) {                                                   \
                 const float *xc = x + pi * H * W;                                              \
                 float *yc = y + pi * OH * OW;                                                  \
-                pad_plane(S, xc, H, W, pt, pl, wpp);                                           \
                 for (i64 oy = 0; oy < OH; oy++) {                                              \
-                    memcpy(v, S + oy * sy * wpp, wpp * sizeof(float));                         \
-                    for (i64 ky = 1; ky < kh; ky++)                                            \
-                        combine_##SUFFIX(v, S + (oy * sy + ky * dh) * wpp, wpp, mx);           \
+                    /* rows in the padding add the fill: nothing to a max, 0 to a sum */       \
+                    int first = 1;                                                             \
+                    for (i64 ky = 0; ky < kh; ky++) {                                          \
+                        i64 r = oy * sy + ky * dh - pt;                                        \
+                        if (r < 0 || r >= H) continue;                                         \
+                        if (first) memcpy(v + pl, xc + r * W, W * sizeof(float)), first = 0;   \
+                        else combine_##SUFFIX(v + pl, xc + r * W, W, mx);                      \
+                    }                                                                          \
+                    if (first) for (i64 i = 0; i < W; i++) v[pl + i] = fill;                   \
                     for (i64 q = 0; q < nv; q++) { /* lane l: v[2 (q VB + l) + tap] */          \
                         const float *r = v + 2 * q * VB;                                       \
                         VEC a = ld2_##SUFFIX(r, 2);                                            \
@@ -817,11 +819,8 @@ i64 npu_pool_scratch(i64 H, i64 W, i64 OH, i64 OW, i64 kh, i64 kw, i64 sy, i64 s
     if (pt + H > hpp) hpp = pt + H;
     i64 rows = POOL_ROW(wp);
     if (sx == 1 && sy == 1) return rows + hpp * wp + 2 * OH * wp + kw * dw + 2 * 16;
-    if (sx == 2) { /* the padded plane, one combined row with its slack, one output row */
-        hpp = (OH - 1) * sy + (kh - 1) * dh + 1;
-        if (pt + H > hpp) hpp = pt + H;
-        return rows + hpp * wp + POOL_S2_ROW(OW, kw, dw, wp) + (OW + 15) / 16 * 16;
-    }
+    if (sx == 2) /* one combined row with its padding and slack, one output row */
+        return rows + POOL_S2_ROW(OW, kw, dw, wp) + (OW + 15) / 16 * 16;
     return rows;
 }
 

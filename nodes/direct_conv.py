@@ -303,13 +303,13 @@ def pool2d(x: np.ndarray, kernel: Sequence[int], out_hw: Sequence[int], strides:
 
 def pool_blocked(oh: int, ow: int, sx: int) -> bool:
     """Whether 2-D pooling runs with planes as the vector lanes (per block of VB planes the plane
-    transposed to (H, W, VB)) rather than pixels of a row: strided windows (no even-lane
-    shuffles) and small outputs (pixel lanes pay per-row calls for a vector or two of work).
-    Measured side by side (us, pixel lanes / planes as lanes / onnxruntime, one thread, 3x3 max):
-    64ch 111x111 s2 304 / 252 / 119; 128ch 55x55 s2 233 / 123 / 63; 256ch 27x27 s2 214 / 59 /
-    37; 480ch 28x28 s2 424 / 117 / 64; 832ch 14x14 s1 160 / 119 / 57; but 192ch 28x28 s1 102 /
-    133 / 52 and 64ch 56x56 s1 109 / 149 / 63, where whole-plane passes win."""
-    return sx >= 2 or oh * ow <= POOL_BLOCKED_MAX_PIXELS
+    transposed to (H, W, VB)) rather than pixels of a row: small outputs, where pixel lanes pay
+    per-row calls for a vector or two of work (up to 4x more of them at stride 2, whose rows
+    also need even-lane shuffles). Measured side by side (us, pixel lanes / planes as lanes /
+    onnxruntime, one thread, 3x3 max): at stride 2, 256ch 27x27 199 / 61 / 37, 480ch 28x28
+    380 / 123 / 67, 128ch 55x55 214 / 118 / 72, but 64ch 111x111 253 / 270 / 120; at stride 1,
+    832ch 14x14 160 / 119 / 57, but 192ch 28x28 102 / 133 / 52 and 64ch 56x56 109 / 149 / 63."""
+    return oh * ow <= (POOL_BLOCKED_MAX_PIXELS_S2 if sx >= 2 else POOL_BLOCKED_MAX_PIXELS)
 
 
-POOL_BLOCKED_MAX_PIXELS = 256
+POOL_BLOCKED_MAX_PIXELS, POOL_BLOCKED_MAX_PIXELS_S2 = 256, 1024
