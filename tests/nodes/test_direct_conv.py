@@ -147,24 +147,21 @@ def test_numpy_path_when_disabled(monkeypatch):
     assert (slow >= 0).all() and (slow == 0).any()
 
 
-def test_small_pointwise_convs_take_the_kernel_and_keep_their_values(monkeypatch):
-    """A 1x1 conv on a 7x7 image runs the direct kernel (faster than one GEMM there), a large
-    one and a tiny one stay a GEMM; all give the definition's values within float rounding."""
-    from nodes.direct_conv import direct_pointwise
-
-    assert direct_pointwise(49, 2048, 512) and not direct_pointwise(196, 256, 1024)
-    assert not direct_pointwise(1, 2, 8)  # a squeeze-excite head: the call would cost more than the GEMM
+def test_pointwise_convs_take_the_kernel_and_keep_their_values(monkeypatch):
+    """Dense 1x1 convolutions run the direct kernel, from a squeeze-excite head on a 1x1 image to
+    a 128 -> 512 one on 28x28, and give the definition's values within float rounding; grouped
+    1x1 ones stay batched GEMMs."""
     calls = []
     real = direct_conv.Prepared.__call__
     monkeypatch.setattr(direct_conv.Prepared, "__call__", lambda self, xp, *a: calls.append(xp.shape) or real(self, xp, *a))
     rng = np.random.default_rng(4)
-    for shape, m in (((1, 512, 7, 7), 96), ((1, 128, 28, 28), 512), ((1, 8, 1, 1), 2)):
+    for shape, m, g in (((1, 512, 7, 7), 96, 1), ((1, 128, 28, 28), 512, 1), ((1, 8, 1, 1), 2, 1), ((1, 24, 5, 5), 48, 3)):
         x = rng.standard_normal(shape).astype(np.float32)
-        w = rng.standard_normal((m, shape[1], 1, 1)).astype(np.float32)
-        ref = np.einsum("mc,nchw->nmhw", w[:, :, 0, 0].astype(np.float64), x.astype(np.float64))
-        np.testing.assert_allclose(conv_nd(x, w, None, [1, 1], [1, 1], [0, 0], [0, 0], 1, {}), ref,
+        w = rng.standard_normal((m, shape[1] // g, 1, 1)).astype(np.float32)
+        ref = naive_conv(x, w, None, [1, 1], [0, 0, 0, 0], [1, 1], g)
+        np.testing.assert_allclose(conv_nd(x, w, None, [1, 1], [1, 1], [0, 0], [0, 0], g, {}), ref,
                                    rtol=1e-4, atol=1e-4)
-    assert calls == [(1, 512, 7, 7)]
+    assert calls == [(1, 512, 7, 7), (1, 128, 28, 28), (1, 8, 1, 1)]
 
 
 DW_CASES = [
