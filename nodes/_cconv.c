@@ -742,6 +742,24 @@ int npu_conv2d_f32(const float *xp, i64 C, i64 HP, i64 WP, const float *wpk, i64
     return -1;
 }
 
+/* npu_conv2d_f32 for every image and group of a node in one call: a holds C, HP, WP, M, KH, KW,
+ * sy, sx, dy, dx, OH, OW, lanes, act, ap (an address), ncalls, then per call the input's byte
+ * offset from x, the packed weights' and the bias's addresses and the output's byte offset
+ * from y. Five arguments where the per-call form took twenty: ctypes converts each Python int
+ * (~80 ns), which was most of a small convolution's fixed cost. */
+int npu_conv2d_f32_plan(const i64 *a, const char *x, char *y, i64 *offs) {
+    i64 n = a[15];
+    const i64 *c = a + 16;
+    for (i64 i = 0; i < n; i++, c += 4) {
+        int r = npu_conv2d_f32((const float *)(x + c[0]), a[0], a[1], a[2], (const float *)(intptr_t)c[1],
+                               a[3], a[4], a[5], (const float *)(intptr_t)c[2], a[6], a[7], a[8], a[9],
+                               (float *)(y + c[3]), a[10], a[11], a[12], offs, (int)a[13],
+                               (const float *)(intptr_t)a[14]);
+        if (r) return r;
+    }
+    return 0;
+}
+
 /* The row length of npu_dwconv2d_f32's padded plane of HP x WP. */
 static i64 dw_row(i64 WP, i64 KW, i64 sy, i64 sx, i64 dy, i64 dx, i64 lanes) {
     if (sx == 1 && sy == 1 && dy == 1) return WP; /* computed in bands of whole rows (read slack below) */
@@ -793,6 +811,20 @@ int npu_dwconv2d_f32(const float *x, i64 C, i64 H, i64 W, i64 pt, i64 pl, i64 HP
     (void)KH; (void)KW; (void)bias; (void)sy; (void)sx; (void)dy; (void)dx; (void)y; (void)OH;
     (void)OW; (void)lanes; (void)act; (void)ap; (void)scr; (void)wblk;
     return -1;
+}
+
+/* npu_dwconv2d_f32 for every image of a node in one call: a holds C, H, W, pt, pl, HP, WP, w,
+ * M, KH, KW, bias, sy, sx, dy, dx, OH, OW, lanes, act, ap, wblk (addresses as integers; 0 for
+ * none), the image count and the byte strides of an input and an output image. */
+int npu_dwconv2d_f32_plan(const i64 *a, const char *x, char *y, float *scr) {
+    for (i64 i = 0; i < a[22]; i++) {
+        int r = npu_dwconv2d_f32((const float *)(x + i * a[23]), a[0], a[1], a[2], a[3], a[4], a[5], a[6],
+                                 (const float *)(intptr_t)a[7], a[8], a[9], a[10], (const float *)(intptr_t)a[11],
+                                 a[12], a[13], a[14], a[15], (float *)(y + i * a[24]), a[16], a[17], a[18],
+                                 (int)a[19], (const float *)(intptr_t)a[20], scr, (const float *)(intptr_t)a[21]);
+        if (r) return r;
+    }
+    return 0;
 }
 
 #define POOL_ROW(wp) ((wp) + 16) /* the per-row path's combined row, then the planes */

