@@ -46,8 +46,10 @@ static inline void copy_rows(float *dst, i64 ds, const float *src, i64 ss, i64 r
  *   EPI_HSWISH  ONNX HardSwish as nodes/_kernels_jit.py computes it: v * min(max(v/6 + 1/2, 0), 1)
  *               (the v * (1/6) + 1/2 contracted to one FMA, as LLVM's contract flag does there);
  *   EPI_HSCHAIN HardSwish spelled out (hard_swish_chain): t = min(max(v + ap[0], ap[1]), ap[2]),
- *               then (v*t)/k, (v*t)*k, v*(t/k) or v*(t*k), k = ap[3], for ap[4] = 0..3. */
-enum { EPI_NONE = 0, EPI_RELU = 1, EPI_HSWISH = 2, EPI_HSCHAIN = 3 };
+ *               then (v*t)/k, (v*t)*k, v*(t/k) or v*(t*k), k = ap[3], for ap[4] = 0..3;
+ *   EPI_HSIG    HardSigmoid as hard_sigmoid_flat: clip(v * ap[0] + ap[1], 0, 1), the product and
+ *               the sum each rounded (an empty asm keeps the compiler from contracting them). */
+enum { EPI_NONE = 0, EPI_RELU = 1, EPI_HSWISH = 2, EPI_HSCHAIN = 3, EPI_HSIG = 4 };
 
 #define DEFINE_EPI(SUFFIX, ATTR, VEC, VI)                                                       \
     ATTR static inline VEC sel_##SUFFIX(VI m, VEC a, VEC b) {                                   \
@@ -63,6 +65,13 @@ enum { EPI_NONE = 0, EPI_RELU = 1, EPI_HSWISH = 2, EPI_HSCHAIN = 3 };
             VEC one = z + 1.0f;                                                                \
             t = sel_##SUFFIX((t < one) | (t != t), t, one);                                    \
             return v * t;                                                                      \
+        }                                                                                      \
+        if (act == EPI_HSIG) {                                                                 \
+            VEC p = v * ap[0];                                                                 \
+            __asm__("" : "+v"(p));                                                             \
+            VEC t = p + ap[1], one = z + 1.0f;                                                 \
+            t = sel_##SUFFIX((t != t) | (t >= z), t, z);                                       \
+            return sel_##SUFFIX((t != t) | (t <= one), t, one);                                \
         }                                                                                      \
         VEC lo = z + ap[1], hi = z + ap[2], t = v + ap[0];                                     \
         t = sel_##SUFFIX((t > lo) | (t != t), t, lo);                                          \

@@ -42,13 +42,14 @@ the kernel was 5% slower on shufflenet (1.37 vs 1.44, three alternating runs).""
 
 class Epilogue:
     """An activation the kernels apply to each output as they store it (a fused plan's Conv ->
-    Relu, HardSwish, or HardSwish spelled out as y * clip(y + 3, 0, 6) / 6), with the unfused
-    kernels' roundings and NaN rules (nodes/_cconv.c: epi). ``apply`` is the same activation as
-    a pass of its own, for the convolution paths that do not run the C kernels."""
+    Relu, HardSwish, HardSwish spelled out as y * clip(y + 3, 0, 6) / 6, or HardSigmoid with its
+    alpha and beta), with the unfused kernels' roundings and NaN rules (nodes/_cconv.c: epi).
+    ``apply`` is the same activation as a pass of its own, for the convolution paths that do not
+    run the C kernels."""
 
     __slots__ = ("_ap", "code", "params")
 
-    RELU, HSWISH, HSCHAIN = 1, 2, 3
+    RELU, HSWISH, HSCHAIN, HSIGMOID = 1, 2, 3, 4
 
     def __init__(self, code: int, params: Sequence[float] = ()) -> None:
         self.code = code
@@ -64,7 +65,7 @@ class Epilogue:
         return addr(self._ap)
 
     def apply(self, y: np.ndarray) -> np.ndarray:
-        from nodes.kernels import hard_swish_, hard_swish_chain_, relu_
+        from nodes.kernels import hard_sigmoid_, hard_swish_, hard_swish_chain_, relu_
 
         contiguous = y.flags.c_contiguous and y.dtype in (np.float32, np.float64)
         if self.code == self.RELU:
@@ -73,6 +74,8 @@ class Epilogue:
             y = np.ascontiguousarray(y)
         if self.code == self.HSWISH:
             return hard_swish_(y, out=y)
+        if self.code == self.HSIGMOID:
+            return hard_sigmoid_(y, *self.params, out=y)
         return hard_swish_chain_(y, *self.params)
 
 

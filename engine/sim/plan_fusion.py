@@ -141,6 +141,8 @@ def _epilogue(conv: Any, p: PostOp) -> Epilogue | None:
         return HARD_SWISH
     if isinstance(p.fn, HardSwishChain) and f32 and p.fn.dtypes == {np.dtype(np.float32)}:
         return Epilogue(Epilogue.HSCHAIN, p.fn.params)
+    if p.op == "HardSigmoid" and f32:
+        return Epilogue(Epilogue.HSIGMOID, (float(p.ctx.attrs["alpha"]), float(p.ctx.attrs["beta"])))
     return None
 
 
@@ -430,12 +432,35 @@ class _Fuser:
             posts.append(post)
         if self.norm_chain(step, posts):
             return
+        if step.spec.op_type == "Conv" and posts and self.add_as_bias(step, posts[0]):
+            posts = posts[1:]
         if step.spec.op_type == "Conv" and posts:
             ep = _epilogue(step, posts[0])
             if ep is not None:
                 step.ctx.cache[EPILOGUE] = ep  # the Conv applies it as it stores its output
                 posts = posts[1:]
         step.post = _chain_channel_ops(posts)
+
+    def add_as_bias(self, step: Any, p: PostOp) -> bool:
+        """A Conv without a bias whose first post-op adds a constant per output channel (Paddle's
+        exports: Conv then Add): the constant becomes the bias. Exact: the kernels add the bias
+        to each finished sum, which is what the Add did (the zero bias they added before changes
+        only a -0 sum, and that to +0, which the Add made of it too)."""
+        if (len(step.inputs) > 2 and step.inputs[2] is not None) or p.op != "Add" or p.extra is not None \
+                or p.ctx.node.domain or p.ctx.opset < 7 or len(p.args) != 2:
+            return False
+        w, c = self.const(step.inputs[1]), p.args[1 - p.slot]
+        if w is None or not isinstance(c, np.ndarray) or w.dtype not in (np.float32, np.float64) \
+                or c.dtype != w.dtype or w.ndim < 3:
+            return False
+        m, rank = w.shape[0], w.ndim
+        if c.shape not in ((1, m) + (1,) * (rank - 2), (m,) + (1,) * (rank - 2)) \
+                or step.node.outputs[0].type.dtype != w.dtype:
+            return False
+        name = f"\x00fold/{step.node.name}/AddB"
+        self.new_consts[name] = np.ascontiguousarray(c.reshape(m))
+        step.inputs = (step.inputs[0], step.inputs[1], name)
+        return True
 
     def int_bias_scale(self, k: int) -> None:
         """Add(acc, bias) -> Cast(to float) -> Mul(., scale), each the only reader of the last:

@@ -398,3 +398,28 @@ def test_a_channel_chain_dividing_by_a_zero_constant_gives_infinities_without_fa
     assert np.isinf(want[0, 1]).all()
     assert _fused_steps(ex) == ["Conv"]
     assert ex.fused_fallbacks == 0
+
+
+@pytest.mark.parametrize("kernel", [1, 3], ids=["pointwise", "3x3"])
+def test_a_bias_free_convs_add_and_hard_sigmoid_run_inside_the_conv_with_the_op_by_op_numbers(kernel):
+    """Paddle's squeeze-excite head: Conv without a bias, Add of a per-channel constant, then
+    HardSigmoid. The constant becomes the Conv's bias and the HardSigmoid its epilogue: one
+    step, the same bits as one kernel per node (every clip branch and a NaN taken)."""
+    rng = np.random.default_rng(8)
+    c, m = 5, 7
+    inits = [numpy_helper.from_array(rng.standard_normal((m, c, kernel, kernel)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal((1, m, 1, 1)).astype(np.float32), "k")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[kernel // 2] * 4),
+             helper.make_node("Add", ["c", "k"], ["a"]),
+             helper.make_node("HardSigmoid", ["a"], ["y"], alpha=0.1666667, beta=0.5)]
+    g = helper.make_graph(nodes, "se", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 6, 6])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, m, 6, 6])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = (rng.standard_normal((1, c, 6, 6)) * 4).astype(np.float32)
+    x[0, 0, 3, 3] = np.nan
+    ex = Executor(engine.load(model))
+    got = ex.run({"x": x})["y"]
+    assert _fused_steps(ex) == ["Conv"]
+    np.testing.assert_array_equal(got, ex.run({"x": x}, keep_all=True)["y"])
+    assert np.isnan(got).any() and (got == 0).any() and (got == 1).any() and ((got > 0) & (got < 1)).any()
+    np.testing.assert_allclose(got, _ort(model, {"x": x})["y"], rtol=1e-6, atol=1e-6)

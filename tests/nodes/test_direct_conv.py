@@ -262,7 +262,8 @@ def test_every_depthwise_row_width(width, stride, vb, blocked):
 
 EPILOGUES = [direct_conv.RELU, direct_conv.HARD_SWISH] + [
     direct_conv.Epilogue(direct_conv.Epilogue.HSCHAIN, (3.0, 0.0, 6.0, k, mode))
-    for mode, k in ((0, 6.0), (1, 1 / 6), (2, 6.0), (3, 1 / 6))]
+    for mode, k in ((0, 6.0), (1, 1 / 6), (2, 6.0), (3, 1 / 6))] + [
+    direct_conv.Epilogue(direct_conv.Epilogue.HSIGMOID, ab) for ab in ((0.2, 0.5), (1 / 6, 0.5))]
 
 
 @pytest.mark.parametrize("vb", _widths())
