@@ -5,7 +5,9 @@ float32 BLAS over chunks of K whose sums stay exact (nodes/quant_ops.py): 4 byte
 and one float FMA per multiply-add. The VNNI kernel multiplies the raw bytes, 64 pairs an
 instruction, and folds both zero points in afterwards (the identity in nodes/_cint8.c), so the
 result is the same int32 bit for bit. Measured on dddd_common_old (uint8 weights with zero
-points, one thread): see ``conv2d`` and ``matmul``.
+points, one thread, standalone): its 21 ConvIntegers' shapes ~6.5 -> 2.2 ms (a 48 -> 192 3x3
+conv on 16x64 0.88 -> 0.29 ms, 294 GMAC/s), its 32 x 1024 x 8210 MatMulInteger 6.8 -> 2.2 ms;
+the whole model went from 2.5x onnxruntime's time to 1.2x.
 
 ``available()`` is False where the library was not built, the CPU lacks AVX-512 VNNI, or
 NPU_STUDIO_NO_CCONV is set: callers then keep their float path. Constant weights are prepared
