@@ -136,8 +136,9 @@ def pack(w: np.ndarray, group: int, vb: int | None = None) -> np.ndarray:
 
 class Prepared:
     """One node's weights and bias made ready for the kernel once (``pack``, the bias padded
-    to whole vectors): a run then costs an output allocation and one C call per image and
-    group. Nothing in it changes after construction, so plans on several threads can share it."""
+    to whole vectors): a run then costs an output allocation and one C call for every image and
+    group (npu_conv2d_f32_plan). Its weights never change and its per-geometry call arguments
+    are only added, never altered, so plans on several threads can share it."""
 
     __slots__ = ("_calls", "b", "bias", "m", "packed", "w")
 
