@@ -95,9 +95,6 @@ def _lib() -> ctypes.CDLL | None:
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     lib.npu_conv_lanes.restype = i64
     lib.npu_conv_lanes.argtypes = []
-    lib.npu_conv2d_f32.restype = ctypes.c_int
-    lib.npu_conv2d_f32.argtypes = [ptr, i64, i64, i64, ptr, i64, i64, i64, ptr, i64, i64, i64, i64,
-                                   ptr, i64, i64, i64, ptr, ctypes.c_int, ptr]
     lib.npu_conv2d_f32_plan.restype = ctypes.c_int
     lib.npu_conv2d_f32_plan.argtypes = [ptr, ptr, ptr, ptr]
     lib.npu_dwconv2d_f32_plan.restype = ctypes.c_int
@@ -109,9 +106,6 @@ def _lib() -> ctypes.CDLL | None:
                                    ctypes.c_int, ptr, ptr, i64, i64]
     lib.npu_dwconv_scratch.restype = i64
     lib.npu_dwconv_scratch.argtypes = [i64] * 11
-    lib.npu_dwconv2d_f32.restype = ctypes.c_int
-    lib.npu_dwconv2d_f32.argtypes = [ptr, i64, i64, i64, i64, i64, i64, i64, ptr, i64, i64, i64, ptr, i64, i64,
-                                     i64, i64, ptr, i64, i64, i64, ctypes.c_int, ptr, ptr, ptr]
     return lib
 
 
