@@ -4,6 +4,7 @@ placement, the analysis compile and the items' creation happen in."""
 from __future__ import annotations
 
 import threading
+import types
 
 import onnx
 import pytest
@@ -89,6 +90,12 @@ def test_a_compile_that_lands_before_the_documents_own_placement_still_colours_e
         return real(control, *args)
 
     monkeypatch.setattr(document, "_analysis_job", held)
+    # the document's placement must come from that job: with the worker process already up (an
+    # earlier test started it) the open would place the graph there instead, unheld, and the
+    # placement could land first (it did once in a full run)
+    from app import main_window
+
+    monkeypatch.setattr(main_window, "worker", lambda: types.SimpleNamespace(accepting=threading.Event()))
     model = tmp_path / "residual.onnx"
     onnx.save(residual_cnn(), model)
     settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
