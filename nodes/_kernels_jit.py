@@ -646,3 +646,61 @@ def shifted_sum(z, zi, offs, b, out, pitch, r0, rows):  # pragma: no cover - com
                 src = z[zi[t], m, base + offs[t]:]
                 for j in range(ow):
                     d[j] = d[j] + src[j]
+
+
+@njit(cache=True, nogil=True)
+def fake_quant(x, s, z, lo, hi, out):  # pragma: no cover - compiled
+    # out = (clip(rint(x / s[c]) + z[c], lo, hi) - z[c]) * s[c] in float32, each step rounded as
+    # QuantizeLinear then DequantizeLinear round it (the integer q - z is exact in float32 for
+    # 8- and 16-bit types). x, out (outer, C, inner). Returns how many x are NaN: numpy's cast of
+    # a NaN to an integer type decides those, so the caller recomputes them its own way.
+    n_outer, c, inner = x.shape
+    nan = 0
+    for o in range(n_outer):
+        for ch in range(c):
+            sv, zv = s[ch], z[ch]
+            src, dst = x[o, ch], out[o, ch]
+            for i in range(inner):
+                q = np.rint(src[i] / sv) + zv
+                nan += q != q
+                q = lo if q < lo else (hi if q > hi else q)
+                dst[i] = (q - zv) * sv
+    return nan
+
+
+@njit(cache=True, nogil=True, fastmath={"contract"})
+def error_sums(r, x, out):  # pragma: no cover - compiled
+    # out = [sum(r^2), sum((r-x)^2), sum(x^2), sum(r*x), max |r - x|] of float32 r, x: the sums
+    # in float64 (16 lanes, then the lanes in order), the max of the float32 differences, NaN
+    # when any difference is NaN. The lanes are written out: LLVM vectorizes neither a float
+    # max reduction nor, without reassociation, a sum.
+    lanes = 16
+    acc = np.zeros((4, lanes))
+    mx = np.zeros(lanes, np.float32)
+    n = r.size // lanes * lanes
+    for j in range(0, n, lanes):
+        for k in range(lanes):
+            rv, xv = np.float64(r[j + k]), np.float64(x[j + k])
+            e = rv - xv
+            acc[0, k] += rv * rv
+            acc[1, k] += e * e
+            acc[2, k] += xv * xv
+            acc[3, k] += rv * xv
+            ae = abs(r[j + k] - x[j + k])
+            mx[k] = ae if ae > mx[k] else mx[k]
+    out[:] = 0.0
+    m = np.float32(0.0)
+    for k in range(lanes):
+        m = mx[k] if mx[k] > m else m
+        for t in range(4):
+            out[t] += acc[t, k]
+    for i in range(n, r.size):
+        rv, xv = np.float64(r[i]), np.float64(x[i])
+        e = rv - xv
+        out[0] += rv * rv
+        out[1] += e * e
+        out[2] += xv * xv
+        out[3] += rv * xv
+        ae = abs(r[i] - x[i])
+        m = ae if ae > m else m
+    out[4] = np.nan if out[1] != out[1] else m

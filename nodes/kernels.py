@@ -391,6 +391,39 @@ def lrn_base_(x: np.ndarray, size: int, alpha: float, bias: float) -> np.ndarray
     return out
 
 
+def fake_quant_(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray, axis: int | None, lo: int,
+                hi: int) -> np.ndarray | None:
+    """QuantizeLinear then DequantizeLinear of float32 ``x`` to an 8- or 16-bit range [lo, hi], in
+    one pass (the two ops' roundings, so the same bits): per tensor, or per channel along
+    ``axis`` with 1-D ``scale``/``zero_point``. None when ``x`` holds a NaN (numpy's cast decides
+    what a NaN quantizes to) or the parameters fit neither form."""
+    s = np.asarray(scale, np.float32).reshape(-1)
+    z = np.asarray(zero_point).astype(np.float32).reshape(-1)
+    if axis is None or np.ndim(scale) == 0:
+        if s.size != 1 or z.size != 1:
+            return None
+        lead = (1, 1, x.size)
+    else:
+        a = axis + x.ndim if axis < 0 else axis
+        if not 0 <= a < x.ndim or s.size != x.shape[a] or z.size != s.size:
+            return None
+        lead = (math.prod(x.shape[:a]), s.size, math.prod(x.shape[a + 1:]))
+    x = np.ascontiguousarray(x, np.float32)
+    out = np.empty(x.shape, np.float32)
+    if _jit().fake_quant(x.reshape(lead), s, z, np.float32(lo), np.float32(hi), out.reshape(lead)):
+        return None
+    return out
+
+
+def error_sums_(r: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """[sum(r^2), sum((r-x)^2), sum(x^2), sum(r*x), max |r-x|] of two float32 arrays of one
+    size in one pass: the sums in float64, the max over float32 differences (NaN if any is)."""
+    out = np.empty(5)
+    _jit().error_sums(np.ascontiguousarray(r, np.float32).reshape(-1),
+                      np.ascontiguousarray(x, np.float32).reshape(-1), out)
+    return out
+
+
 def warm_up() -> None:
     """Compile (first process after an install) or load from numba's cache every kernel, for
     float32 and float64, now instead of inside the first run that needs one.
@@ -416,6 +449,8 @@ def warm_up() -> None:
         channel_chain_(np.zeros((1, 2, 2), dt), np.arange(7, dtype=np.int64), np.ones((7, 2), dt))
         lrn_base_(np.zeros((1, 2, 2), dt), 3, 1e-4, 1.0)
     int_bias_scale_(np.zeros((1, 2, 2), np.int32), np.zeros(2, np.int32), np.float32(1))
+    fake_quant_(np.zeros(2, np.float32), np.float32(1), np.uint8(0), None, 0, 255)
+    error_sums_(np.zeros(2, np.float32), np.zeros(2, np.float32))
     erf32_(np.zeros(2, np.float32))
     gelu32_(np.zeros(2, np.float32))
     logistic32_(np.zeros(2, np.float32))

@@ -39,24 +39,25 @@ class ErrorStats:
     max_abs: float = 0.0
 
     def update(self, ref: np.ndarray, q: np.ndarray) -> None:
-        """Add one sample. Float32 tensors are summed in float32 (numpy's pairwise sums keep the
-        relative error near 1e-7), several times faster than float64 copies of large outputs."""
-        r, x = np.asarray(ref).ravel(), np.asarray(q).ravel()
-        if r.dtype != np.float32 or x.dtype != np.float32:
-            r, x = r.astype(np.float64), x.astype(np.float64)
-        with np.errstate(over="ignore", invalid="ignore"):
-            d = r - x
-            sums = [float((r * r).sum()), float((d * d).sum()), float((x * x).sum()), float((r * x).sum())]
-        if r.dtype == np.float32 and not all(np.isfinite(sums)):  # squares beyond float32 (|v| > 1.8e19)
-            r, x = r.astype(np.float64), x.astype(np.float64)
-            d = r - x
-            sums = [float((r * r).sum()), float((d * d).sum()), float((x * x).sum()), float((r * x).sum())]
-        self.ref2 += sums[0]
-        self.err2 += sums[1]
-        self.q2 += sums[2]
-        self.dot += sums[3]
-        if d.size:
-            self.max_abs = max(self.max_abs, float(np.abs(d).max()))
+        """Add one sample: the sums in float64, the max over the float32 differences. Float32
+        tensors take one compiled pass (nodes.kernels.error_sums_; 10x numpy's six passes on
+        1.6M values), other types float64 copies."""
+        r, x = np.asarray(ref), np.asarray(q)
+        if r.dtype == np.float32 and x.dtype == np.float32 and r.size == x.size:
+            from nodes.kernels import error_sums_
+
+            ref2, err2, q2, dot, max_abs = error_sums_(r, x)
+        else:
+            r, x = r.astype(np.float64).ravel(), x.astype(np.float64).ravel()
+            with np.errstate(over="ignore", invalid="ignore"):
+                d = r - x
+                ref2, err2, q2, dot = (r * r).sum(), (d * d).sum(), (x * x).sum(), (r * x).sum()
+            max_abs = np.abs(d).max() if d.size else 0.0
+        self.ref2 += float(ref2)
+        self.err2 += float(err2)
+        self.q2 += float(q2)
+        self.dot += float(dot)
+        self.max_abs = float(np.maximum(self.max_abs, max_abs))  # a NaN stays
 
     @property
     def cosine(self) -> float:
