@@ -704,3 +704,34 @@ def error_sums(r, x, out):  # pragma: no cover - compiled
         ae = abs(r[i] - x[i])
         m = ae if ae > m else m
     out[4] = np.nan if out[1] != out[1] else m
+
+
+@njit(cache=True, nogil=True)
+def quantize(x, s, z, lo, hi, out):  # pragma: no cover - compiled
+    # QuantizeLinear: out = clip(rint(x / s[c]) + z[c], lo, hi) with the float32 roundings of
+    # quantize_linear, cast to out's integer type (exact: the value is integral and in range).
+    # x (outer, C, inner) float32. Returns how many x are NaN (the caller's cast decides those).
+    n_outer, c, inner = x.shape
+    nan = 0
+    for o in range(n_outer):
+        for ch in range(c):
+            sv, zv = s[ch], z[ch]
+            src, dst = x[o, ch], out[o, ch]
+            for i in range(inner):
+                q = np.rint(src[i] / sv) + zv
+                nan += q != q
+                dst[i] = lo if q < lo else (hi if q > hi else q)
+    return nan
+
+
+@njit(cache=True, nogil=True)
+def dequantize(x, s, z, out):  # pragma: no cover - compiled
+    # DequantizeLinear of an 8- or 16-bit x: out = float32(x - z[c]) * s[c] (the difference is
+    # exact in float32, as the int32 one quantize_linear converts). x (outer, C, inner).
+    n_outer, c, inner = x.shape
+    for o in range(n_outer):
+        for ch in range(c):
+            sv, zv = s[ch], z[ch]
+            src, dst = x[o, ch], out[o, ch]
+            for i in range(inner):
+                dst[i] = (np.float32(src[i]) - zv) * sv

@@ -391,27 +391,77 @@ def lrn_base_(x: np.ndarray, size: int, alpha: float, bias: float) -> np.ndarray
     return out
 
 
+_NARROW_INTS = ("int8", "uint8", "int16", "uint16")
+
+
+def _channel_lead(shape: tuple[int, ...], n: int, axis: int | None) -> tuple[int, int, int] | None:
+    """``shape`` as (outer, channels, inner) for ``n`` parameters: per tensor (``n`` 1 or
+    ``axis`` None) or per channel along ``axis``; None when ``n`` fits neither."""
+    if n == 1:
+        return 1, 1, math.prod(shape)
+    if axis is None or not -len(shape) <= axis < len(shape):
+        return None
+    a = axis % len(shape)
+    return (math.prod(shape[:a]), n, math.prod(shape[a + 1:])) if shape[a] == n else None
+
+
+def _params(x: np.ndarray, scale: Any, zero_point: Any, axis: int | None):
+    """(x float32 contiguous, scale, zero point as float32 vectors, lead) or None."""
+    s = np.asarray(scale, np.float32).reshape(-1)
+    z = np.zeros(1, np.float32) if zero_point is None else np.asarray(zero_point).astype(np.float32).reshape(-1)
+    if z.size == 1 and s.size > 1:
+        z = np.repeat(z, s.size)
+    lead = _channel_lead(np.shape(x), s.size, axis) if z.size == s.size else None
+    return (s, z, lead) if lead is not None else None
+
+
 def fake_quant_(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray, axis: int | None, lo: int,
                 hi: int) -> np.ndarray | None:
     """QuantizeLinear then DequantizeLinear of float32 ``x`` to an 8- or 16-bit range [lo, hi], in
     one pass (the two ops' roundings, so the same bits): per tensor, or per channel along
     ``axis`` with 1-D ``scale``/``zero_point``. None when ``x`` holds a NaN (numpy's cast decides
     what a NaN quantizes to) or the parameters fit neither form."""
-    s = np.asarray(scale, np.float32).reshape(-1)
-    z = np.asarray(zero_point).astype(np.float32).reshape(-1)
-    if axis is None or np.ndim(scale) == 0:
-        if s.size != 1 or z.size != 1:
-            return None
-        lead = (1, 1, x.size)
-    else:
-        a = axis + x.ndim if axis < 0 else axis
-        if not 0 <= a < x.ndim or s.size != x.shape[a] or z.size != s.size:
-            return None
-        lead = (math.prod(x.shape[:a]), s.size, math.prod(x.shape[a + 1:]))
+    p = _params(x, scale, zero_point, axis)
+    if p is None:
+        return None
+    s, z, lead = p
     x = np.ascontiguousarray(x, np.float32)
     out = np.empty(x.shape, np.float32)
     if _jit().fake_quant(x.reshape(lead), s, z, np.float32(lo), np.float32(hi), out.reshape(lead)):
         return None
+    return out
+
+
+def quantize_(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None, axis: int | None,
+              out_dtype: np.dtype) -> np.ndarray | None:
+    """QuantizeLinear of float32 ``x`` by float32 scales to an 8- or 16-bit type in one pass
+    (quantize_linear's roundings); None where that does not apply (see fake_quant_)."""
+    out_dtype = np.dtype(out_dtype)
+    if out_dtype.name not in _NARROW_INTS or x.dtype != np.float32 or np.asarray(scale).dtype != np.float32:
+        return None
+    p = _params(x, scale, zero_point, axis)
+    if p is None:
+        return None
+    s, z, lead = p
+    ii = np.iinfo(out_dtype)
+    out = np.empty(x.shape, out_dtype)
+    if _jit().quantize(np.ascontiguousarray(x).reshape(lead), s, z, np.float32(ii.min), np.float32(ii.max),
+                       out.reshape(lead)):
+        return None
+    return out
+
+
+def dequantize_(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None, axis: int | None) -> np.ndarray | None:
+    """DequantizeLinear of an 8- or 16-bit ``x`` by float32 scales to float32 in one pass; None
+    where that does not apply."""
+    if x.dtype.name not in _NARROW_INTS or np.asarray(scale).dtype != np.float32:
+        return None
+    p = _params(x, scale, zero_point, axis)
+    if p is None:
+        return None
+    s, z, lead = p
+    out = np.empty(x.shape, np.float32)
+    _jit().dequantize(np.ascontiguousarray(x).reshape(lead), s, z, out.reshape(lead))
     return out
 
 
@@ -450,6 +500,8 @@ def warm_up() -> None:
         lrn_base_(np.zeros((1, 2, 2), dt), 3, 1e-4, 1.0)
     int_bias_scale_(np.zeros((1, 2, 2), np.int32), np.zeros(2, np.int32), np.float32(1))
     fake_quant_(np.zeros(2, np.float32), np.float32(1), np.uint8(0), None, 0, 255)
+    for idt in _NARROW_INTS:
+        dequantize_(quantize_(np.zeros(2, np.float32), np.float32(1), None, None, np.dtype(idt)), np.float32(1), None, None)
     error_sums_(np.zeros(2, np.float32), np.zeros(2, np.float32))
     erf32_(np.zeros(2, np.float32))
     gelu32_(np.zeros(2, np.float32))

@@ -17,6 +17,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from nodes import kernels
 from nodes._util import norm_axis
 from nodes.conv import conv_gemm, conv_geometry, conv_macs, conv_nd, conv_out_shape
 from nodes.int8_gemm import ConvWeights, MatMulWeights
@@ -130,8 +131,13 @@ def _clip_inplace(q: np.ndarray, lo: float, hi: float) -> np.ndarray:
 def quantize_linear(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None, out_dtype: np.dtype,
              axis: int = 1, block_size: int = 0, saturate: bool = True,
              precision: np.dtype | None = None) -> np.ndarray:
-    """y = saturate(round_half_even(x / scale) + zero_point) in ``out_dtype`` (ONNX QuantizeLinear)."""
+    """y = saturate(round_half_even(x / scale) + zero_point) in ``out_dtype`` (ONNX QuantizeLinear).
+    Float32 to an 8- or 16-bit type, per tensor or per axis, takes one compiled pass."""
     out_dtype = np.dtype(out_dtype)
+    if not block_size and (precision is None or precision == np.float32):
+        y = kernels.quantize_(np.asarray(x), scale, zero_point, axis, out_dtype)
+        if y is not None:
+            return y
     calc = compute_dtype(precision if precision is not None else scale.dtype)
     s = expand_param(scale, x.shape, axis, block_size).astype(calc, copy=False)
     q = np.divide(x.astype(calc, copy=False), s)
@@ -151,8 +157,13 @@ def quantize_linear(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | N
 
 def dequantize_linear(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None, out_dtype: np.dtype,
                axis: int = 1, block_size: int = 0) -> np.ndarray:
-    """y = (x - zero_point) * scale; the subtraction is exact, the product runs in ``out_dtype``."""
+    """y = (x - zero_point) * scale; the subtraction is exact, the product runs in ``out_dtype``.
+    An 8- or 16-bit x to float32, per tensor or per axis, takes one compiled pass."""
     out_dtype = np.dtype(out_dtype)
+    if not block_size and out_dtype == np.float32:
+        y = kernels.dequantize_(np.asarray(x), scale, zero_point, axis)
+        if y is not None:
+            return y
     calc = compute_dtype(out_dtype)
     s = expand_param(scale, x.shape, axis, block_size).astype(calc, copy=False)
     if int_range(x.dtype) is not None:
