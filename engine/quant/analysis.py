@@ -261,13 +261,24 @@ def analyze(fp_graph: Graph, qm: QuantizedModel, data: CalibrationSet | Iterable
                 seen[watch[v.name]].append(arr)
 
     body_hooks = bool(in_body) and not outputs_only
+    # The values the comparison reads: each layer's output in both runs, and its FP32 inputs
+    # (the isolated runs quantize them). Kept by name, the runs stay on the fused plans.
+    fp_keep: set[str] = set()
+    q_keep: set[str] = set()
+    for le in [] if outputs_only else layers:
+        if le.node not in in_body:
+            node = by_name[le.node]
+            name = node.outputs[0].name  # type: ignore[union-attr]
+            fp_keep.add(name)
+            fp_keep.update(v.name for v in node.inputs if v is not None and v.const is None)
+            q_keep.add(_visible_output(qm, name))
     shared = IsolatedInputs()  # not in bodies: a body's values change name-for-name per iteration
     for k, feeds in enumerate(samples):
         shared.next_sample()
         feeds = check_feeds(fp_graph, feeds)
-        ref = fp_ex.run(feeds, keep_all=not outputs_only, hook=fp_hook if body_hooks else None, hook_bodies=True)
-        got = q_ex.run(check_feeds(qm.graph, feeds), keep_all=not outputs_only,
-                       hook=q_hook if body_hooks else None, hook_bodies=True)
+        ref = fp_ex.run(feeds, keep=fp_keep, hook=fp_hook if body_hooks else None, hook_bodies=True)
+        got = q_ex.run(check_feeds(qm.graph, feeds), keep=q_keep, hook=q_hook if body_hooks else None,
+                       hook_bodies=True)
         for le in [] if outputs_only else layers:
             if le.node in in_body:
                 for (want, isolated), q in zip(runs[le.node], seen[le.node]):

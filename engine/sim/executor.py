@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 from collections import ChainMap, Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,10 +51,12 @@ class _Plan:
     """The steps of one graph; ``fused`` plans (runs without a hook or keep_all) also fold
     BatchNormalization into Convs and run in-place consumers as post-ops (plan_fusion.py)."""
 
-    def __init__(self, graph: Graph, executor: Executor, fused: bool = False) -> None:
+    def __init__(self, graph: Graph, executor: Executor, fused: bool = False,
+                 keep: frozenset[str] = frozenset()) -> None:
         self.version = graph.version
         self.graph = graph
         self.fused = fused
+        self.keep = keep  # values a run returns besides the outputs: never freed nor fused away
         steps: list[_Step] = []
         for node in graph.toposort():
             spec = registry.get(node.op_type, node.domain)
@@ -94,7 +96,7 @@ class _Plan:
         """Once the constants are known: fuse (fused plans), then when each value dies and
         which dying inputs an in-place kernel may overwrite."""
         graph = self.graph
-        keep = {v.name for v in graph.outputs}
+        keep = {v.name for v in graph.outputs} | self.keep
         feeds = {v.name for v in graph.inputs}
         reads = [_step_reads(step) for step in self.steps]
         if self.fused:
@@ -255,7 +257,7 @@ class Executor:
         self.graph = graph
         self.max_bytes = max_bytes if max_bytes is not None else default_memory_limit()
         self._checked: set[tuple] = set()
-        self._plans: dict[tuple[int, bool], _Plan] = {}
+        self._plans: dict[tuple[int, bool, frozenset[str]], _Plan] = {}
         self._env_stack: list[Mapping[str, Any]] = []
         self._hook: NodeHook | None = None
         self._hook_bodies = False
@@ -263,17 +265,22 @@ class Executor:
         """Runs whose fused plan raised and were redone on the unfused plan (a bad model's
         error, or a fusion bug that would otherwise only show as a slower run)."""
 
-    def _plan(self, graph: Graph, fused: bool = False) -> _Plan:
-        key = (id(graph), fused)
+    def _plan(self, graph: Graph, fused: bool = False, keep: frozenset[str] = frozenset()) -> _Plan:
+        key = (id(graph), fused, keep)
         plan = self._plans.get(key)
         if plan is None or plan.version != graph.version:
-            plan = _Plan(graph, self, fused)
+            plan = _Plan(graph, self, fused, keep)
             self._plans[key] = plan
         return plan
 
     def run(self, feeds: Mapping[str, np.ndarray], keep_all: bool = False,
-            hook: NodeHook | None = None, hook_bodies: bool = False) -> dict[str, np.ndarray]:
+            hook: NodeHook | None = None, hook_bodies: bool = False,
+            keep: Iterable[str] = ()) -> dict[str, np.ndarray]:
         """Execute the graph; returns the outputs (every value when ``keep_all``).
+
+        ``keep`` names main-graph values returned besides the outputs (those the run computes).
+        Unlike ``keep_all`` it leaves the run on the fused plan, which frees, reuses and fuses
+        every other value: the per-layer analysis keeps each layer's inputs and output this way.
 
         Before the first run with given input shapes, the peak memory is estimated and a run
         that would exceed ``max_bytes`` is refused (ExecutionError) instead of exhausting the machine.
@@ -288,7 +295,7 @@ class Executor:
             self._checked.add(key)
         self._hook, self._hook_bodies = hook, hook_bodies
         try:
-            return self._run(self.graph, feeds, ChainMap(), keep_all)
+            return self._run(self.graph, feeds, ChainMap(), keep_all, frozenset(keep))
         finally:
             self._hook = None
 
@@ -323,10 +330,11 @@ class Executor:
         return [res[v.name] for v in graph.outputs]
 
     def _run(self, graph: Graph, feeds: Mapping[str, np.ndarray], outer: Mapping[str, Any],
-             keep_all: bool) -> dict[str, np.ndarray]:
+             keep_all: bool, keep: frozenset[str] = frozenset()) -> dict[str, np.ndarray]:
         hook = self._hook if graph is self.graph or self._hook_bodies else None
         fast = hook is None and not keep_all
-        plan = self._plan(graph, fast)
+        keep = frozenset() if keep_all else keep
+        plan = self._plan(graph, fast, keep)
         if not plan.consts_ready:
             self._fold_constants(plan, outer)
         local: dict[str, Any] = dict(plan.consts)
@@ -342,7 +350,7 @@ class Executor:
                     self.fused_fallbacks += 1
             if not fast:
                 if plan.fused:  # redo the run on the unfused plan (feeds and constants are never written)
-                    plan = self._plan(graph)
+                    plan = self._plan(graph, False, keep)
                     if not plan.consts_ready:
                         self._fold_constants(plan, outer)
                     local.clear()
@@ -359,7 +367,7 @@ class Executor:
             self._env_stack.pop()
         if keep_all:
             return dict(local)
-        out = {}
+        out = {name: local[name] for name in keep if name in local}
         for v in graph.outputs:
             if v.name not in env:
                 raise ExecutionError(f"graph output {v.name!r} was never computed")

@@ -50,7 +50,7 @@ def _ort(model, feeds):
 
 
 def _fused_steps(ex: Executor) -> list[str]:
-    plan = ex._plans[(id(ex.graph), True)]
+    plan = ex._plans[(id(ex.graph), True, frozenset())]
     return [s.spec.op_type for s in plan.steps]
 
 
@@ -94,6 +94,25 @@ def test_a_conv_output_that_is_also_a_graph_output_keeps_its_value():
     np.testing.assert_allclose(got["c"], ref["c"], rtol=1e-5, atol=1e-5)  # not normalized in place
     np.testing.assert_allclose(got["y"], ref["y"], rtol=1e-5, atol=1e-5)
     assert "BatchNormalization" in _fused_steps(ex)
+
+
+def test_values_kept_by_name_come_back_unfused_while_the_rest_stays_fused():
+    """What the per-layer analysis asks for: a layer's own output (here the Conv's, before the
+    BatchNormalization the fused plan would fold into it) without keep_all's unfused run."""
+    model = _conv_bn_model("relu")
+    graph = engine.load(model)
+    x = np.random.default_rng(5).standard_normal((1, 3, 9, 9)).astype(np.float32)
+    ex = Executor(graph)
+    every = ex.run({"x": x}, keep_all=True)
+    for keep, steps in (({"c"}, ["Conv", "BatchNormalization"]),  # the Relu runs on the BN's buffer
+                        ({"c", "n"}, ["Conv", "BatchNormalization", "Relu"])):  # not on a kept one
+        got = ex.run({"x": x}, keep=keep)
+        assert set(got) == keep | {"y"}
+        for name in got:
+            np.testing.assert_array_equal(got[name], every[name])
+        assert [s.spec.op_type for s in ex._plans[(id(graph), True, frozenset(keep))].steps] == steps
+    np.testing.assert_allclose(ex.run({"x": x})["y"], every["y"], rtol=1e-5, atol=1e-6)
+    assert _fused_steps(ex) == ["Conv"]  # the plain run's plan folds and fuses all three
 
 
 def test_a_fused_step_that_fails_names_the_node_at_fault():
@@ -265,7 +284,7 @@ def test_per_channel_chains_run_as_one_pass_with_the_op_by_op_numbers():
              "x2": rng.standard_normal((1, 3, 5, 7)).astype(np.float32)}
     ex = Executor(graph)
     runs = [ex.run(feeds)["y"] for _ in range(3)]  # the first run builds the chains' parameters
-    plan = ex._plans[(id(graph), True)]
+    plan = ex._plans[(id(graph), True, frozenset())]
     assert _fused_steps(ex) == ["Concat", "BatchNormalization", "Conv", "Concat"]
     assert sum(isinstance(p.fn, ChannelChain) for s in plan.steps for p in s.post) == 1  # the Conv's
     norm = [s.fn for s in plan.steps if isinstance(s.fn, NormChain)]  # the BatchNormalization's, with its chain
@@ -299,7 +318,7 @@ def test_a_batchnorm_chain_on_a_dying_input_follows_statistics_a_feed_overrides(
     x = rng.standard_normal((1, c, 3, 5)).astype(np.float32)
     ex = Executor(engine.load(model))
     runs = [ex.run({"x": x})["y"] for _ in range(3)]
-    plan = ex._plans[(id(ex.graph), True)]
+    plan = ex._plans[(id(ex.graph), True, frozenset())]
     assert _fused_steps(ex) == ["Abs", "BatchNormalization"]
     assert isinstance(plan.steps[1].fn, NormChain) and all(plan.steps[1].fn.progs.values())
     op_by_op = ex.run({"x": x}, keep_all=True)["y"]
@@ -336,7 +355,7 @@ def test_a_residual_sum_and_its_relu_run_as_one_pass_with_the_op_by_op_numbers(o
     skip = feeds["skip"].copy()
     ex = Executor(engine.load(model))
     got = ex.run(feeds)
-    plan = ex._plans[(id(ex.graph), True)]
+    plan = ex._plans[(id(ex.graph), True, frozenset())]
     assert _fused_steps(ex) == ["Abs", "Neg", op, op]
     assert all(isinstance(s.fn, AddRelu) for s in plan.steps[2:])
     want = ex.run(feeds, keep_all=True)
@@ -372,7 +391,7 @@ def test_a_dynamically_quantized_convs_add_cast_mul_run_as_one_pass_with_the_op_
              "sc": np.array([3.1e-5], np.float32)}
     ex = Executor(engine.load(model))
     got = ex.run(feeds)["y"]
-    plan = ex._plans[(id(ex.graph), True)]
+    plan = ex._plans[(id(ex.graph), True, frozenset())]
     assert _fused_steps(ex) == ["ConvInteger", "Mul"] and isinstance(plan.steps[1].fn, IntBiasScale)
     np.testing.assert_array_equal(got, ex.run(feeds, keep_all=True)["y"])
     np.testing.assert_allclose(got, _ort(model, feeds)["y"], rtol=1e-6)
