@@ -208,10 +208,11 @@ def tensor_sensitivity(fp_graph: Graph, qm: QuantizedModel, samples: list[Mappin
         rows[name] = TensorSensitivity(name, "activation", _dtype_name(qp), ErrorStats(), ErrorStats())
     if acts and samples:
         fp_ex, q_ex = executor_for(fp_graph), executor_for(qm.graph)
+        fp_keep, q_keep = set(acts), {_visible_output(qm, n) for n in acts}  # the fused plans, these kept
         for feeds in samples:
             feeds = check_feeds(fp_graph, feeds)
-            ref = fp_ex.run(feeds, keep_all=True)
-            got = q_ex.run(check_feeds(qm.graph, feeds), keep_all=True)
+            ref = fp_ex.run(feeds, keep=fp_keep)
+            got = q_ex.run(check_feeds(qm.graph, feeds), keep=q_keep)
             for name, qp in acts.items():
                 want = ref.get(name, feeds.get(name))
                 if want is None:
