@@ -696,6 +696,63 @@ AVX512 static void tr_out_avx512(const float *ys, i64 P, i64 nb, float *y) {
         }                                                                                      \
     }
 
+
+/* Plane sums for GlobalAveragePool in float64, bit for bit numpy's np.add.reduce(x, axes,
+ * dtype=float64) of float32 planes: the first value plus numpy's pairwise sum of the rest
+ * (pairwise_sum_DOUBLE: below 8 values one by one from -0; up to 128 eight running sums
+ * combined as ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)), then the tail; longer halves
+ * split at a multiple of 8). The same additions in the same order, only NR planes at a time
+ * in lockstep, so the eight running sums of NR planes are independent vector chains: numpy
+ * runs one plane's scalar chain at a time. */
+#define DEFINE_PW(SUFFIX, ATTR, NR)                                                              \
+    ATTR static void pw##NR##_##SUFFIX(const float *x, i64 rs, i64 n, double *out) {            \
+        if (n < 8) {                                                                           \
+            for (int k = 0; k < NR; k++) {                                                     \
+                double r = -0.0;                                                               \
+                for (i64 i = 0; i < n; i++) r += (double)x[k * rs + i];                        \
+                out[k] = r;                                                                    \
+            }                                                                                  \
+            return;                                                                            \
+        }                                                                                      \
+        if (n <= 128) {                                                                        \
+            double r[NR][8];                                                                   \
+            for (int k = 0; k < NR; k++)                                                       \
+                for (int j = 0; j < 8; j++) r[k][j] = (double)x[k * rs + j];                   \
+            i64 end = n - n % 8, i;                                                            \
+            for (i = 8; i < end; i += 8)                                                       \
+                for (int k = 0; k < NR; k++)                                                   \
+                    for (int j = 0; j < 8; j++) r[k][j] += (double)x[k * rs + i + j];          \
+            for (int k = 0; k < NR; k++) {                                                     \
+                double s = ((r[k][0] + r[k][1]) + (r[k][2] + r[k][3])) +                       \
+                           ((r[k][4] + r[k][5]) + (r[k][6] + r[k][7]));                        \
+                for (i64 t = end; t < n; t++) s += (double)x[k * rs + t];                      \
+                out[k] = s;                                                                    \
+            }                                                                                  \
+            return;                                                                            \
+        }                                                                                      \
+        i64 n2 = n / 2;                                                                        \
+        n2 -= n2 % 8;                                                                          \
+        double tail[NR];                                                                       \
+        pw##NR##_##SUFFIX(x, rs, n2, out);                                                     \
+        pw##NR##_##SUFFIX(x + n2, rs, n - n2, tail);                                           \
+        for (int k = 0; k < NR; k++) out[k] += tail[k];                                        \
+    }
+
+#define DEFINE_PLANE_SUMS(SUFFIX, ATTR)                                                          \
+    ATTR static void plane_means_##SUFFIX(const float *x, i64 P, i64 L, float *out) {           \
+        double part[4], n = (double)L;                                                         \
+        i64 p = 0;                                                                             \
+        for (; p + 4 <= P; p += 4) {                                                           \
+            pw4_##SUFFIX(x + p * L + 1, L, L - 1, part);                                       \
+            for (int k = 0; k < 4; k++)                                                        \
+                out[p + k] = (float)((((double)x[(p + k) * L] + 0.0) + part[k]) / n);          \
+        }                                                                                      \
+        for (; p < P; p++) {                                                                   \
+            pw1_##SUFFIX(x + p * L + 1, L, L - 1, part);                                       \
+            out[p] = (float)((((double)x[p * L] + 0.0) + part[0]) / n);                        \
+        }                                                                                      \
+    }
+
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #define HAVE_X86 1
 typedef float v16 __attribute__((vector_size(64)));
@@ -717,6 +774,12 @@ DEFINE_POOL(avx512, __attribute__((target("avx512f,fma"))), v16, vi16, 16)
 DEFINE_POOL(avx2, __attribute__((target("avx2,fma"))), v8, vi8, 8)
 DEFINE_POOLC(avx512, __attribute__((target("avx512f,fma"))), v16, 16)
 DEFINE_POOLC(avx2, __attribute__((target("avx2,fma"))), v8, 8)
+DEFINE_PW(avx512, __attribute__((target("avx512f"))), 4)
+DEFINE_PW(avx512, __attribute__((target("avx512f"))), 1)
+DEFINE_PW(avx2, __attribute__((target("avx2"))), 4)
+DEFINE_PW(avx2, __attribute__((target("avx2"))), 1)
+DEFINE_PLANE_SUMS(avx512, __attribute__((target("avx512f"))))
+DEFINE_PLANE_SUMS(avx2, __attribute__((target("avx2"))))
 #endif
 
 /* SIMD width in float lanes this CPU runs the kernel with (the packing's VB); 0: no kernel,
@@ -893,6 +956,20 @@ int npu_pool2d_f32(const float *x, i64 P, i64 H, i64 W, float *y, i64 OH, i64 OW
     (void)x; (void)P; (void)H; (void)W; (void)y; (void)OH; (void)OW; (void)kh; (void)kw; (void)sy;
     (void)sx; (void)dh; (void)dw; (void)pt; (void)pl; (void)mx; (void)div; (void)scr; (void)wp; (void)flat;
     (void)blocked;
+    return -1;
+}
+
+/* out[p] = the mean of plane p of x (P planes of L >= 1 float32 values) as float32: the float64
+ * sum numpy's np.add.reduce(x, spatial axes, dtype=float64) gives (DEFINE_PW) divided by L in
+ * float64, then rounded to float32 (numpy's true_divide and astype); -1: no kernel here. */
+int npu_plane_means_f32(const float *x, i64 P, i64 L, float *out, i64 lanes) {
+#ifdef HAVE_X86
+    if (L >= 1 && (lanes == 16 || lanes == 8)) {
+        (lanes == 16 ? plane_means_avx512 : plane_means_avx2)(x, P, L, out);
+        return 0;
+    }
+#endif
+    (void)x; (void)P; (void)L; (void)out; (void)lanes;
     return -1;
 }
 

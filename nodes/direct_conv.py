@@ -106,6 +106,8 @@ def _lib() -> ctypes.CDLL | None:
                                    ctypes.c_int, ptr, ptr, i64, i64]
     lib.npu_dwconv_scratch.restype = i64
     lib.npu_dwconv_scratch.argtypes = [i64] * 11
+    lib.npu_plane_means_f32.restype = ctypes.c_int
+    lib.npu_plane_means_f32.argtypes = [ptr, i64, i64, ptr, i64]
     return lib
 
 
@@ -291,6 +293,30 @@ def pool2d(x: np.ndarray, kernel: Sequence[int], out_hw: Sequence[int], strides:
     lib.npu_pool2d_f32(addr(x), n * c, h, w, addr(y), oh, ow, kh, kw, sy, sx, dh, dw, pt, pl,
                        int(is_max), None if d is None else addr(d), addr(scr), vb, blk)
     return y
+
+
+def plane_means_for(shape: Sequence[int], dtype: np.dtype):
+    """``f(x)``: the (N, C, 1, ...) float32 means of the planes of a C-contiguous float32 ``x`` of
+    ``shape`` (N, C, ...), summed in float64: the bits of ``(np.add.reduce(x, spatial axes,
+    dtype=np.float64, keepdims=True) / count).astype(np.float32)`` (npu_plane_means_f32: numpy's
+    pairwise order, four planes in lockstep); None where this build, CPU, dtype or shape has no
+    kernel. Worked out once per shape (the caller keeps it): a call is ~1 us of Python.
+    Measured (one core, best of 500, numpy's float64 sum and divide / this): 200 x 2 x 96
+    17.7 / 5.3 us, 8 x 12 x 96 6.0 / 2.2, 256 x 14 x 14 23.0 / 6.3, 16 x 112 x 112 68 / 20."""
+    lib, vb = _lib(), lanes()
+    length = 1
+    for d in shape[2:]:
+        length *= int(d)
+    if lib is None or not vb or len(shape) < 3 or length < 1 or dtype != np.float32:
+        return None
+    planes, out_shape, run = int(shape[0]) * int(shape[1]), (*shape[:2], *([1] * (len(shape) - 2))), lib.npu_plane_means_f32
+
+    def means(x: np.ndarray) -> np.ndarray:
+        out = np.empty(out_shape, np.float32)
+        run(addr(x), planes, length, addr(out), vb)
+        return out
+
+    return means
 
 
 def pool_blocked(oh: int, ow: int, sx: int) -> bool:

@@ -179,14 +179,52 @@ def test_pools_without_a_padded_copy_give_the_padded_forms_values_bit_for_bit(op
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
 def test_global_average_pool_keeps_ndarray_mean_bits(dtype):
     # GlobalAveragePool calls the sum and divide ufuncs that ndarray.mean makes itself (no Python
-    # wrapper): the bits must stay those of mean() in the accumulator dtype, row lengths below,
-    # at and above numpy's pairwise-summation block included
+    # wrapper), float32 planes through the compiled float64 sum: the bits must stay those of
+    # mean() in the accumulator dtype (float64 for float32 and float64), row lengths below, at
+    # and above numpy's pairwise-summation block included
     rng = np.random.default_rng(7)
-    for shape in [(1, 8, 12, 96), (1, 200, 1, 1), (2, 3, 5), (1, 4, 3, 3, 3), (1, 16, 8, 16), (3, 7, 129)]:
+    for shape in [(1, 8, 12, 96), (1, 200, 1, 1), (2, 3, 5), (1, 4, 3, 3, 3), (1, 16, 8, 16), (3, 7, 129),
+                  (1, 5, 112, 112)]:
         x = (rng.standard_normal(shape) * 50).astype(dtype)
         y = engine.execute(_pool("GlobalAveragePool", shape, dtype=helper.np_dtype_to_tensor_dtype(x.dtype)),
                            {"x": x})["y"]
-        acc = np.float64 if dtype == np.float64 else np.float32
+        acc = np.float32 if dtype == np.float16 else np.float64
         want = x.mean(axis=tuple(range(2, x.ndim)), keepdims=True, dtype=acc).astype(dtype)
         assert y.dtype == want.dtype and y.shape == want.shape
         assert np.array_equal(y.view(np.uint8), want.view(np.uint8)), shape
+
+
+def test_global_average_pool_of_a_large_float32_plane_is_the_mean_rounded_once():
+    # a float32 running sum of 50k values near 1000 is off by many ulps of the mean; a float64
+    # sum rounds once at the end: the exact mean (math.fsum) rounded to float32
+    import math
+
+    rng = np.random.default_rng(11)
+    x = (1000 + rng.standard_normal((1, 6, 224, 224))).astype(np.float32)
+    y = engine.execute(_pool("GlobalAveragePool", x.shape), {"x": x})["y"].ravel()
+    exact = np.array([math.fsum(p.astype(np.float64)) / p.size for p in x.reshape(6, -1)]).astype(np.float32)
+    assert np.array_equal(y, exact)
+    naive = x.mean(axis=(2, 3), dtype=np.float32).ravel()  # what a float32 sum gives
+    assert not np.array_equal(naive, exact)
+
+
+def test_compiled_plane_means_have_the_bits_of_numpys_float64_sum_and_divide():
+    from nodes import direct_conv
+
+    def numpy_means(x):
+        with np.errstate(invalid="ignore"):
+            s = np.add.reduce(x, axis=(2, 3), dtype=np.float64, keepdims=True)
+        return (s / np.intp(x.shape[2] * x.shape[3])).astype(np.float32)
+
+    rng = np.random.default_rng(5)
+    for length in [*range(1, 140), 191, 255, 256, 257, 1000, 8191, 8192, 8193, 12544]:
+        planes = int(rng.integers(1, 10))
+        shape = (1, planes, 1, length)
+        means = direct_conv.plane_means_for(shape, np.dtype(np.float32))
+        if means is None:
+            pytest.skip("this build or CPU has no compiled plane means")
+        x = (rng.standard_normal(shape) * 10.0 ** rng.uniform(-3, 3, (1, planes, 1, 1))).astype(np.float32)
+        assert np.array_equal(means(x).view(np.uint32), numpy_means(x).view(np.uint32)), (length, planes)
+    x = np.array([[[[np.nan, 1]], [[np.inf, -np.inf]], [[-0.0, -0.0]], [[-0.0, 0.0]], [[np.inf, 1]]]], np.float32)
+    got = direct_conv.plane_means_for(x.shape, x.dtype)(x)
+    assert np.array_equal(got, numpy_means(x), equal_nan=True) and not np.signbit(got[0, 2:4]).any()  # -0 planes: +0
