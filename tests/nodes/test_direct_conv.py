@@ -266,6 +266,59 @@ EPILOGUES = [direct_conv.RELU, direct_conv.HARD_SWISH] + [
     direct_conv.Epilogue(direct_conv.Epilogue.HSIGMOID, ab) for ab in ((0.2, 0.5), (1 / 6, 0.5))]
 
 
+# (N, C, H, W), output channels: pixel counts not a multiple of a pixel group (the zero-padded
+# tail), output channels not a multiple of a weight group, batches, the channel limit
+POINTWISE_CASES = [((1, 16, 112, 112), 32), ((2, 3, 25, 29), 7), ((1, 5, 27, 27), 13), ((3, 8, 23, 23), 6),
+                   ((1, 33, 33, 31), 70), ((1, 128, 23, 23), 9), ((1, 1, 32, 16), 1)]
+
+
+@pytest.mark.parametrize("vb", _widths())
+@pytest.mark.parametrize("ep", [None, *EPILOGUES], ids=repr)
+@pytest.mark.parametrize(("x_shape", "m"), POINTWISE_CASES)
+def test_pointwise_with_pixels_as_lanes_gives_the_channel_lanes_kernels_bits(x_shape, m, ep, vb, monkeypatch):
+    """A large dense 1x1 convolution runs with pixels as the vector lanes (npu_pointwise_f32):
+    every output's sum is the channels-as-lanes kernel's, term for term, so the bits are equal,
+    NaN, infinity and -0 in the input and every epilogue included."""
+    rng = np.random.default_rng(8)
+    x = (rng.standard_normal(x_shape) * 3).astype(np.float32)
+    x.reshape(-1)[:3] = [np.nan, -0.0, np.inf]
+    w = rng.standard_normal((m, x_shape[1], 1, 1)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    out = x_shape[2:]
+    prep = direct_conv.Prepared(w, b, 1, vb)
+    got = prep(x, (1, 1), (1, 1), out, ep)
+    assert prep._pointwise is not None  # the pixel-lanes kernel ran
+    monkeypatch.setattr(direct_conv, "POINTWISE_MIN_PIXELS", 10 ** 9)
+    channel_lanes = direct_conv.Prepared(w, b, 1, vb)
+    want = channel_lanes(x, (1, 1), (1, 1), out, ep)
+    assert channel_lanes._pointwise is None
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_pointwise_with_pixels_as_lanes_only_where_it_is_faster():
+    """Small images, wide inputs, strides and groups keep the channels-as-lanes kernel (a padded
+    1x1 convolution is one over the padded image: it takes the pixel lanes too)."""
+    rng = np.random.default_rng(9)
+
+    def takes(x_shape, m, strides=(1, 1), pads=(0, 0, 0, 0), group=1):
+        x = rng.standard_normal(x_shape).astype(np.float32)
+        w = rng.standard_normal((m, x_shape[1] // group, 1, 1)).astype(np.float32)
+        prep = direct_conv.Prepared(w, None, group)
+        from nodes.conv import pad_spatial
+
+        xp = pad_spatial(x, pads[:2], pads[2:])
+        out = [(xp.shape[2 + i] - 1) // strides[i] + 1 for i in range(2)]
+        prep(xp, strides, (1, 1), out)
+        return prep._pointwise is not None
+
+    assert takes((1, 16, 112, 112), 32)
+    assert not takes((1, 256, 14, 14), 256)  # 196 pixels
+    assert not takes((1, 256, 56, 56), 64)  # 256 input channels
+    assert not takes((1, 16, 112, 112), 32, strides=(2, 2))
+    assert takes((1, 16, 56, 56), 32, pads=(1, 1, 1, 1))
+    assert not takes((1, 32, 56, 56), 32, group=2)
+
+
 @pytest.mark.parametrize("vb", _widths())
 @pytest.mark.parametrize("ep", EPILOGUES, ids=repr)
 @pytest.mark.parametrize("kind", ["dense", "depthwise", "depthwise_bands", "depthwise_s2", "depthwise_channel_lanes"])
