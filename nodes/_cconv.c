@@ -437,6 +437,24 @@ static void store_plane(float *yc, const float *Z, i64 OH, i64 OW, i64 zs, const
             memcpy(d + j, ta, (n - j) * sizeof(float));                                        \
         }                                                                                      \
     }                                                                                          \
+    /* n (a multiple of VB) floats, whole vectors only: no tail, no library call per row */     \
+    ATTR static inline void copy_vec_##SUFFIX(float *restrict d, const float *restrict s, i64 n) { \
+        for (i64 j = 0; j < n; j += VB) {                                                      \
+            VEC a;                                                                             \
+            memcpy(&a, s + j, sizeof(VEC));                                                    \
+            memcpy(d + j, &a, sizeof(VEC));                                                    \
+        }                                                                                      \
+    }                                                                                          \
+    ATTR static inline void combine_vec_##SUFFIX(float *restrict d, const float *restrict s, i64 n, \
+                                                 int mx) {                                      \
+        for (i64 j = 0; j < n; j += VB) {                                                      \
+            VEC a, b;                                                                          \
+            memcpy(&a, d + j, sizeof(VEC));                                                    \
+            memcpy(&b, s + j, sizeof(VEC));                                                    \
+            a = mx ? pmax_##SUFFIX(a, b) : a + b;                                              \
+            memcpy(d + j, &a, sizeof(VEC));                                                    \
+        }                                                                                      \
+    }                                                                                          \
     ATTR static void pool_##SUFFIX(const float *x, i64 P, i64 H, i64 W, float *y, i64 OH,     \
                                    i64 OW, i64 kh, i64 kw, i64 sy, i64 sx, i64 dh, i64 dw,     \
                                    i64 pt, i64 pl, int mx, const float *div, float *acc,       \
@@ -461,7 +479,9 @@ static void store_plane(float *yc, const float *Z, i64 OH, i64 OW, i64 zs, const
             return;                                                                            \
         }                                                                                      \
         if (sx == 2) { /* per output row: its rows combined, then each tap's even lanes of it */ \
-            i64 nv = (OW + VB - 1) / VB, rl = POOL_S2_ROW(OW, kw, dw, wp);                     \
+            i64 nv = (OW + VB - 1) / VB, rl = POOL_S2_ROW(OW, kw, dw, wp), wv = (W + VB - 1) / VB * VB; \
+            const float *xend = x + P * H * W;                                                 \
+            const float *yend = y + P * OH * OW;                                               \
             float *v = flat, *z = v + rl;                                                      \
             for (i64 i = 0; i < rl; i++) v[i] = fill; /* the padding columns keep it */        \
             for (i64 pi = 0; pi < P; pi++) {                                                   \
@@ -473,10 +493,18 @@ static void store_plane(float *yc, const float *Z, i64 OH, i64 OW, i64 zs, const
                     for (i64 ky = 0; ky < kh; ky++) {                                          \
                         i64 r = oy * sy + ky * dh - pt;                                        \
                         if (r < 0 || r >= H) continue;                                         \
-                        if (first) memcpy(v + pl, xc + r * W, W * sizeof(float)), first = 0;   \
-                        else combine_##SUFFIX(v + pl, xc + r * W, W, mx);                      \
+                        const float *src = xc + r * W;                                         \
+                        if (src + wv <= xend) { /* whole vectors, reading into the next row */  \
+                            if (first) copy_vec_##SUFFIX(v + pl, src, wv);                     \
+                            else combine_vec_##SUFFIX(v + pl, src, wv, mx);                    \
+                            first = 0;                                                         \
+                            continue;                                                          \
+                        }                                                                      \
+                        if (first) memcpy(v + pl, src, W * sizeof(float)), first = 0;          \
+                        else combine_##SUFFIX(v + pl, src, W, mx);                             \
                     }                                                                          \
                     if (first) for (i64 i = 0; i < W; i++) v[pl + i] = fill;                   \
+                    for (i64 i = pl + W; i < pl + wv; i++) v[i] = fill; /* what they wrote past W */ \
                     for (i64 q = 0; q < nv; q++) { /* lane l: v[2 (q VB + l) + tap] */          \
                         const float *r = v + 2 * q * VB;                                       \
                         VEC a = ld2_##SUFFIX(r, 2);                                            \
@@ -490,6 +518,8 @@ static void store_plane(float *yc, const float *Z, i64 OH, i64 OW, i64 zs, const
                     if (div) {                                                                 \
                         const float *dv = div + oy * OW;                                       \
                         for (i64 j = 0; j < OW; j++) d[j] = z[j] / dv[j];                      \
+                    } else if (d + nv * VB <= yend) { /* past OW: the next row's, written later */ \
+                        copy_vec_##SUFFIX(d, z, nv * VB);                                      \
                     } else {                                                                   \
                         memcpy(d, z, OW * sizeof(float));                                      \
                     }                                                                          \

@@ -391,6 +391,8 @@ POOL_CASES = [
     ((1, 3, 20, 41), (3, 3), (2, 1), (1, 1), (1, 1), (10, 41)),  # mixed strides
     ((1, 37, 13, 11), (3, 3), (2, 2), (1, 1), (1, 1), (7, 6)),  # 37 planes: blocks of lanes and a tail
     ((2, 9, 27, 27), (3, 3), (2, 2), (1, 1), (0, 0), (13, 13)),  # SqueezeNet's pools, batch 2
+    ((1, 4, 111, 111), (3, 3), (2, 2), (1, 1), (0, 0), (55, 55)),  # SqueezeNet 1.1's first: whole-vector rows
+    ((1, 3, 9, 31), (3, 3), (2, 2), (1, 1), (1, 1), (5, 16)),  # the last window past the right edge
 ]
 
 
