@@ -852,6 +852,99 @@ AVX512 static void tr_out_avx512(const float *ys, i64 P, i64 nb, float *y) {
         }                                                                                      \
     }
 
+/* A dense convolution at stride 1 or 2 with pixels as the vector lanes, in row tiles: per output
+ * row, tiles of up to PWC_PV x VB pixels (the last one of PV = 1..3 vectors), every weight group
+ * of MB channels, every input channel and tap (the direct kernel's order, so the same bits as
+ * it and as npu_pointwise_f32): PV pixel vectors loaded from the padded input row (at stride 2
+ * two loads and an even-lane shuffle each), MB weights broadcast. Stores are contiguous rows;
+ * the direct kernel instead transposes 16-channel vectors into the planes, which dominates when
+ * a pixel's sum has few terms (a 3-channel image's 3x3 stem: 27). A tile whose reads would run
+ * past the end of the input gathers them into scratch first (the last rows' last tiles). */
+#define PWR_TILE(SUFFIX, ATTR, VEC, VB, MB, PV, S)                                              \
+    ATTR static inline void pwr##PV##s##S##_##SUFFIX(const float *src, const i64 *offs, i64 K,  \
+                                                   const float *wg, const float *bias, i64 m0,  \
+                                                   i64 M, float *y, i64 opix, i64 n, int act,   \
+                                                   const float *ap) {                           \
+        VEC acc[MB][PV];                                                                       \
+        _Pragma("GCC unroll 8") for (int r = 0; r < MB; r++)                                   \
+            _Pragma("GCC unroll 4") for (int v = 0; v < PV; v++) acc[r][v] = (VEC){0};          \
+        for (i64 k = 0; k < K; k++) {                                                          \
+            const float *p = src + offs[k];                                                    \
+            VEC xv[PV];                                                                        \
+            _Pragma("GCC unroll 4") for (int v = 0; v < PV; v++) {                             \
+                if (S == 1) memcpy(&xv[v], p + v * VB, sizeof(VEC));                           \
+                else xv[v] = ld2_##SUFFIX(p + 2 * v * VB, 2);                                  \
+            }                                                                                  \
+            const float *wk = wg + k * MB;                                                     \
+            _Pragma("GCC unroll 8") for (int r = 0; r < MB; r++) {                             \
+                VEC wb = wk[r] - (VEC){0};                                                     \
+                _Pragma("GCC unroll 4") for (int v = 0; v < PV; v++) acc[r][v] += xv[v] * wb;  \
+            }                                                                                  \
+        }                                                                                      \
+        i64 rows = M - m0 < MB ? M - m0 : MB;                                                  \
+        for (int r = 0; r < rows; r++) {                                                       \
+            VEC bv = bias[m0 + r] - (VEC){0};                                                  \
+            float *yr = y + (m0 + r) * opix;                                                   \
+            if (n == PV * VB) {                                                                \
+                _Pragma("GCC unroll 4") for (int v = 0; v < PV; v++) {                         \
+                    VEC o = epi_##SUFFIX(acc[r][v] + bv, act, ap);                             \
+                    memcpy(yr + v * VB, &o, sizeof(VEC));                                      \
+                }                                                                              \
+            } else {                                                                           \
+                float lanes[PV * VB];                                                          \
+                _Pragma("GCC unroll 4") for (int v = 0; v < PV; v++) {                         \
+                    VEC o = epi_##SUFFIX(acc[r][v] + bv, act, ap);                             \
+                    memcpy(lanes + v * VB, &o, sizeof(VEC));                                   \
+                }                                                                              \
+                memcpy(yr, lanes, (size_t)n * sizeof(float));                                  \
+            }                                                                                  \
+        }                                                                                      \
+    }
+
+typedef void (*pwr_fn)(const float *, const i64 *, i64, const float *, const float *, i64, i64, float *,
+                       i64, i64, int, const float *);
+
+#define DEFINE_PWR(SUFFIX, ATTR, VEC, VB, MB)                                                    \
+    PWR_TILE(SUFFIX, ATTR, VEC, VB, MB, 1, 1) PWR_TILE(SUFFIX, ATTR, VEC, VB, MB, 2, 1)          \
+    PWR_TILE(SUFFIX, ATTR, VEC, VB, MB, 3, 1) PWR_TILE(SUFFIX, ATTR, VEC, VB, MB, 1, 2)          \
+    PWR_TILE(SUFFIX, ATTR, VEC, VB, MB, 2, 2) PWR_TILE(SUFFIX, ATTR, VEC, VB, MB, 3, 2)          \
+    ATTR static void pwr_##SUFFIX(const float *xp, i64 C, i64 HP, i64 WP, i64 KH, i64 KW,       \
+                                  i64 sy, i64 sx, i64 dy, i64 dx, i64 OH, i64 OW,               \
+                                  const float *wpk, i64 M, const float *bias, float *y, int act, \
+                                  const float *ap, i64 *offs, i64 *goffs, float *scr) {        \
+        static const pwr_fn table[2][3] = {                                                    \
+            {pwr1s1_##SUFFIX, pwr2s1_##SUFFIX, pwr3s1_##SUFFIX},                               \
+            {pwr1s2_##SUFFIX, pwr2s2_##SUFFIX, pwr3s2_##SUFFIX}};                              \
+        i64 K = C * KH * KW, step = 3 * VB, span = sx * step, ngroups = (M + MB - 1) / MB;     \
+        i64 opix = OH * OW, maxoff = 0;                                                        \
+        for (i64 ic = 0, t = 0; ic < C; ic++)                                                  \
+            for (i64 ky = 0; ky < KH; ky++)                                                    \
+                for (i64 kx = 0; kx < KW; kx++, t++) {                                         \
+                    offs[t] = ic * HP * WP + ky * dy * WP + kx * dx;                           \
+                    goffs[t] = t * span;                                                       \
+                    if (offs[t] > maxoff) maxoff = offs[t];                                    \
+                }                                                                              \
+        const float *xend = xp + C * HP * WP;                                                  \
+        for (i64 oy = 0; oy < OH; oy++)                                                        \
+            for (i64 ox0 = 0; ox0 < OW; ox0 += step) {                                         \
+                i64 n = OW - ox0 < step ? OW - ox0 : step, pv = (n + VB - 1) / VB;             \
+                const float *src = xp + oy * sy * WP + ox0 * sx;                               \
+                const i64 *of = offs;                                                          \
+                if (src + maxoff + sx * pv * VB > xend) { /* reads past the end: gather */     \
+                    for (i64 k = 0; k < K; k++) {                                              \
+                        const float *p = src + offs[k];                                        \
+                        i64 have = xend - p < span ? xend - p : span;                          \
+                        memcpy(scr + k * span, p, (size_t)have * sizeof(float));               \
+                        memset(scr + k * span + have, 0, (size_t)(span - have) * sizeof(float)); \
+                    }                                                                          \
+                    src = scr, of = goffs;                                                     \
+                }                                                                              \
+                pwr_fn f = table[sx - 1][pv - 1];                                              \
+                for (i64 g = 0; g < ngroups; g++)                                              \
+                    f(src, of, K, wpk + g * K * MB, bias, g * MB, M, y + oy * OW + ox0, opix, n, act, ap); \
+            }                                                                                  \
+    }
+
 #define PWC_MB_AVX512 8
 #define PWC_PV_AVX512 3
 #define PWC_MB_AVX2 4
@@ -871,6 +964,8 @@ static const vi16 EVEN_avx512 = {0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 
 static const vi8 EVEN_avx2 = {0, 2, 4, 6, 9, 11, 13, 15};
 DEFINE_DW(avx512, __attribute__((target("avx512f,fma"))), v16, vi16, 16)
 DEFINE_DW(avx2, __attribute__((target("avx2,fma"))), v8, vi8, 8)
+DEFINE_PWR(avx512, __attribute__((target("avx512f,fma"))), v16, 16, PWC_MB_AVX512)
+DEFINE_PWR(avx2, __attribute__((target("avx2,fma"))), v8, 8, PWC_MB_AVX2)
 DEFINE_TR_SCALAR(avx2, __attribute__((target("avx2,fma"))), 8)
 DEFINE_DWC(avx512, __attribute__((target("avx512f,fma"))), v16, 16)
 DEFINE_DWC(avx2, __attribute__((target("avx2,fma"))), v8, 8)
@@ -1104,6 +1199,32 @@ int npu_pointwise_f32_plan(const i64 *a, const char *x, char *y, i64 *scr) {
 #endif
     (void)a; (void)x; (void)y; (void)scr;
     return -1;
+}
+
+/* Scratch int64 words npu_conv_rows_f32_plan needs: two offset tables of K = C x KH x KW and
+ * the gathered tile (K x sx x 3 x lanes floats). */
+i64 npu_conv_rows_scratch(i64 K, i64 sx, i64 lanes) { return 2 * K + (K * sx * 3 * lanes + 1) / 2; }
+
+/* y (N, M, OH, OW) = epi(conv(xp (N, C, HP, WP), W) + bias) at stride sx = 1 or 2 with pixels
+ * as the lanes in row tiles (DEFINE_PWR): a holds N, C, HP, WP, KH, KW, sy, sx, dy, dx, OH, OW,
+ * M, the packed weights' address ((ceil(M / MB), C x KH x KW, MB) as npu_pointwise_mb), the
+ * bias's, act, ap, lanes; scr npu_conv_rows_scratch words. -1: no kernel here. */
+int npu_conv_rows_f32_plan(const i64 *a, const char *x, char *y, i64 *scr) {
+#ifdef HAVE_X86
+    i64 N = a[0], C = a[1], HP = a[2], WP = a[3], KH = a[4], KW = a[5], sy = a[6], sx = a[7];
+    i64 dy = a[8], dx = a[9], OH = a[10], OW = a[11], M = a[12], lanes = a[17], K = C * KH * KW;
+    const float *wpk = (const float *)(intptr_t)a[13], *bias = (const float *)(intptr_t)a[14];
+    const float *ap = (const float *)(intptr_t)a[16];
+    if ((lanes != 16 && lanes != 8) || (sx != 1 && sx != 2)) return -1;
+    for (i64 i = 0; i < N; i++)
+        (lanes == 16 ? pwr_avx512 : pwr_avx2)((const float *)x + i * C * HP * WP, C, HP, WP, KH, KW, sy, sx, dy,
+                                              dx, OH, OW, wpk, M, bias, (float *)y + i * M * OH * OW, (int)a[15],
+                                              ap, scr, scr + K, (float *)(scr + 2 * K));
+    return 0;
+#else
+    (void)a; (void)x; (void)y; (void)scr;
+    return -1;
+#endif
 }
 
 /* addr(a): the address of a contiguous buffer's first byte (a numpy array's data), through the

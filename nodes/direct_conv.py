@@ -106,6 +106,10 @@ def _lib() -> ctypes.CDLL | None:
                                    ctypes.c_int, ptr, ptr, i64, i64]
     lib.npu_dwconv_scratch.restype = i64
     lib.npu_dwconv_scratch.argtypes = [i64] * 11
+    lib.npu_conv_rows_f32_plan.restype = ctypes.c_int
+    lib.npu_conv_rows_f32_plan.argtypes = [ptr, ptr, ptr, ptr]
+    lib.npu_conv_rows_scratch.restype = i64
+    lib.npu_conv_rows_scratch.argtypes = [i64, i64, i64]
     lib.npu_pointwise_f32_plan.restype = ctypes.c_int
     lib.npu_pointwise_f32_plan.argtypes = [ptr, ptr, ptr, ptr]
     lib.npu_pointwise_mb.restype = i64
@@ -180,9 +184,11 @@ class Prepared:
         m = self.m
         n, c, hp, wp = xshape
         oh, ow = int(out_hw[0]), int(out_hw[1])
-        if (group == 1 and kh == kw == 1 and (hp, wp) == (oh, ow) and tuple(strides) == (1, 1)
-                and oh * ow >= POINTWISE_MIN_PIXELS and c <= POINTWISE_MAX_IN):
-            return self._pointwise_plan(n, c, oh * ow, (n, m, oh, ow), epilogue)
+        if group == 1 and oh * ow >= POINTWISE_MIN_PIXELS:
+            if kh == kw == 1 and (hp, wp) == (oh, ow) and tuple(strides) == (1, 1) and c <= POINTWISE_MAX_IN:
+                return self._pointwise_plan(n, c, oh * ow, (n, m, oh, ow), epilogue)
+            if ROWS_ENABLED and strides[1] in (1, 2) and c * kh * kw <= ROWS_MAX_K and ow >= ROWS_MIN_OW:
+                return self._rows_plan(xshape, strides, dils, (oh, ow), epilogue)
         mg = m // group
         sy, sx, dh, dw = int(strides[0]), int(strides[1]), int(dils[0]), int(dils[1])
         x_img, y_img, x_grp, y_grp = c * hp * wp * 4, m * oh * ow * 4, cg * hp * wp * 4, mg * oh * ow * 4
@@ -195,17 +201,35 @@ class Prepared:
                         + [v for call in calls for v in call], np.int64)  # npu_conv2d_f32_plan's
         return _lib().npu_conv2d_f32_plan, (n, m, oh, ow), cg * kh * kw, args, addr(args)
 
+    def _pixel_weights(self) -> tuple[np.ndarray, np.ndarray]:
+        """The weights as the pixel-lanes kernels read them, (ceil(M / MB), C x KH x KW, MB) with
+        zeros past M, and the bias (M values); made on first use."""
+        if self._pointwise is None:
+            mb = int(_lib().npu_pointwise_mb(self.vb))
+            groups, k = -(-self.m // mb), int(np.prod(self.w.shape[1:]))
+            wk = np.zeros((groups * mb, k), np.float32)
+            wk[:self.m] = np.asarray(self.w, np.float32).reshape(self.m, k)
+            self._pointwise = (np.ascontiguousarray(wk.reshape(groups, mb, k).transpose(0, 2, 1)),
+                               self.bias[0, :self.m].copy())
+        return self._pointwise
+
+    def _rows_plan(self, xshape: tuple, strides: Sequence[int], dils: Sequence[int], out_hw: tuple,
+                   epilogue: Epilogue | None) -> tuple:
+        """npu_conv_rows_f32_plan's call: pixels as the lanes in row tiles (ROWS_MAX_K says when)."""
+        lib = _lib()
+        n, c, hp, wp = xshape
+        kh, kw = self.w.shape[2:]
+        wk, bias = self._pixel_weights()
+        act, ap = (epilogue.code, epilogue.ap) if epilogue is not None else (0, 0)
+        args = np.array([n, c, hp, wp, kh, kw, strides[0], strides[1], dils[0], dils[1], out_hw[0], out_hw[1],
+                         self.m, addr(wk), addr(bias), act, ap, self.vb], np.int64)
+        scratch = int(lib.npu_conv_rows_scratch(c * kh * kw, int(strides[1]), self.vb))
+        return lib.npu_conv_rows_f32_plan, (n, self.m, *out_hw), scratch, args, addr(args)
+
     def _pointwise_plan(self, n: int, c: int, pixels: int, yshape: tuple, epilogue: Epilogue | None) -> tuple:
         """npu_pointwise_f32_plan's call: pixels as the lanes (POINTWISE_MIN_PIXELS says when)."""
         lib = _lib()
-        if self._pointwise is None:
-            mb = int(lib.npu_pointwise_mb(self.vb))
-            groups = -(-self.m // mb)
-            wk = np.zeros((groups * mb, c), np.float32)
-            wk[:self.m] = np.asarray(self.w, np.float32).reshape(self.m, c)
-            self._pointwise = (np.ascontiguousarray(wk.reshape(groups, mb, c).transpose(0, 2, 1)),
-                               self.bias[0, :self.m].copy())
-        wk, bias = self._pointwise
+        wk, bias = self._pixel_weights()
         act, ap = (epilogue.code, epilogue.ap) if epilogue is not None else (0, 0)
         args = np.array([n, c, pixels, self.m, addr(wk), addr(bias), act, ap, self.vb], np.int64)
         scratch = -(-int(lib.npu_pointwise_scratch(c, self.vb)) // 2)  # floats, in the int64 tap buffer
@@ -213,6 +237,14 @@ class Prepared:
 
 
 POINTWISE_MIN_PIXELS, POINTWISE_MAX_IN = 512, 128
+ROWS_ENABLED, ROWS_MAX_K, ROWS_MIN_OW = True, 80, 32
+"""Dense convolutions at stride 1 or 2 along the row with sums of at most ROWS_MAX_K terms (C x KH
+x KW), at least POINTWISE_MIN_PIXELS output pixels and rows of at least ROWS_MIN_OW run with pixels
+as the lanes in row tiles (npu_conv_rows_f32; the same bits). Measured on one AVX-512 core, us,
+channel lanes / row tiles (best of 150, a fused ReLU): 3 -> 64 3x3 s2 on 224^2 688 / 631, 3 -> 16
+s2 on 224^2 183 / 159, 3 -> 8 s2 on 48 x 192 31 / 17, 8 -> 8 3x3 on 24 x 96 54 / 26, 4 -> 32 on
+60^2 125 / 102, 8 -> 16 on 112^2 307 / 273; longer sums lose (16 -> 64 3x3 on 55^2, K = 144,
+531 / 591; 32 -> 128 on 27^2 487 / 580)."""
 """Dense 1x1 stride-1 convolutions of at least this many output pixels and at most this many
 input channels run with pixels as the vector lanes (npu_pointwise_f32: contiguous pixel loads
 and stores, no transpose into the output planes); the same sums, the same bits. Measured on one

@@ -295,6 +295,38 @@ def test_pointwise_with_pixels_as_lanes_gives_the_channel_lanes_kernels_bits(x_s
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
+# (N, C, H, W), output channels, kernel, stride, pads, dilation: stride 1 and 2, the last tile of a
+# row 1..3 vectors, dilation, batches; all but the first case's last tiles read past the input's end (the
+# gathered tile)
+ROW_TILE_CASES = [((1, 3, 64, 64), 20, 3, 2, 0, 1), ((2, 3, 41, 37), 7, 3, 1, 1, 1), ((1, 5, 47, 53), 13, 3, 2, 1, 1),
+                  ((1, 3, 30, 70), 9, 5, 1, 2, 1), ((1, 1, 33, 100), 17, 7, 2, 3, 1), ((1, 3, 40, 60), 8, 3, 1, 2, 2)]
+
+
+@pytest.mark.parametrize("vb", _widths())
+@pytest.mark.parametrize("ep", [None, *EPILOGUES], ids=repr)
+@pytest.mark.parametrize(("x_shape", "m", "k", "stride", "pad", "dil"), ROW_TILE_CASES)
+def test_row_tiles_with_pixels_as_lanes_give_the_channel_lanes_kernels_bits(x_shape, m, k, stride, pad, dil, ep, vb,
+                                                                           monkeypatch):
+    """A dense convolution with a short sum per pixel runs with pixels as the lanes in row tiles
+    (npu_conv_rows_f32): the channels-as-lanes kernel's bits, NaN, infinity and -0 included."""
+    from nodes.conv import pad_spatial
+
+    rng = np.random.default_rng(12)
+    x = (rng.standard_normal(x_shape) * 3).astype(np.float32)
+    x.reshape(-1)[:3] = [np.nan, -0.0, np.inf]
+    w = rng.standard_normal((m, x_shape[1], k, k)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    xp = pad_spatial(x, (pad, pad), (pad, pad))
+    out = [(xp.shape[2 + i] - (k - 1) * dil - 1) // stride + 1 for i in range(2)]
+    monkeypatch.setattr(direct_conv, "ROWS_MIN_OW", 1)
+    tiles = direct_conv.Prepared(w, b, 1, vb)
+    got = tiles(xp, (stride, stride), (dil, dil), out, ep)
+    assert tiles._pointwise is not None  # the row-tile kernel ran
+    monkeypatch.setattr(direct_conv, "ROWS_ENABLED", False)
+    want = direct_conv.Prepared(w, b, 1, vb)(xp, (stride, stride), (dil, dil), out, ep)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 def test_pointwise_with_pixels_as_lanes_only_where_it_is_faster():
     """Small images, wide inputs, strides and groups keep the channels-as-lanes kernel (a padded
     1x1 convolution is one over the padded image: it takes the pixel lanes too)."""
@@ -314,7 +346,7 @@ def test_pointwise_with_pixels_as_lanes_only_where_it_is_faster():
     assert takes((1, 16, 112, 112), 32)
     assert not takes((1, 256, 14, 14), 256)  # 196 pixels
     assert not takes((1, 256, 56, 56), 64)  # 256 input channels
-    assert not takes((1, 16, 112, 112), 32, strides=(2, 2))
+    assert not takes((1, 16, 112, 112), 32, strides=(3, 3))
     assert takes((1, 16, 56, 56), 32, pads=(1, 1, 1, 1))
     assert not takes((1, 32, 56, 56), 32, group=2)
 
