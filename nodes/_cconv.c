@@ -416,27 +416,6 @@ static void store_plane(float *yc, const float *Z, i64 OH, i64 OW, i64 zs, const
     ATTR static inline VEC pmax_##SUFFIX(VEC a, VEC b) {                                       \
         return sel_##SUFFIX((a > b) | (a != a), a, b);                                         \
     }                                                                                          \
-    ATTR static void combine_##SUFFIX(float *restrict d, const float *restrict s, i64 n, int mx) { \
-        i64 j = 0;                                                                             \
-        for (; j + VB <= n; j += VB) {                                                         \
-            VEC a, b;                                                                          \
-            memcpy(&a, d + j, sizeof(VEC));                                                    \
-            memcpy(&b, s + j, sizeof(VEC));                                                    \
-            a = mx ? pmax_##SUFFIX(a, b) : a + b;                                              \
-            memcpy(d + j, &a, sizeof(VEC));                                                    \
-        }                                                                                      \
-        if (j < n) { /* the tail through a vector on the stack: no scalar branches */          \
-            float ta[VB] = {0}, tb[VB] = {0};                                                  \
-            VEC a, b;                                                                          \
-            memcpy(ta, d + j, (n - j) * sizeof(float));                                        \
-            memcpy(tb, s + j, (n - j) * sizeof(float));                                        \
-            memcpy(&a, ta, sizeof(VEC));                                                       \
-            memcpy(&b, tb, sizeof(VEC));                                                       \
-            a = mx ? pmax_##SUFFIX(a, b) : a + b;                                              \
-            memcpy(ta, &a, sizeof(VEC));                                                       \
-            memcpy(d + j, ta, (n - j) * sizeof(float));                                        \
-        }                                                                                      \
-    }                                                                                          \
     /* n (a multiple of VB) floats, whole vectors only: no tail, no library call per row */     \
     ATTR static inline void copy_vec_##SUFFIX(float *restrict d, const float *restrict s, i64 n) { \
         for (i64 j = 0; j < n; j += VB) {                                                      \
@@ -453,6 +432,21 @@ static void store_plane(float *yc, const float *Z, i64 OH, i64 OW, i64 zs, const
             memcpy(&b, s + j, sizeof(VEC));                                                    \
             a = mx ? pmax_##SUFFIX(a, b) : a + b;                                              \
             memcpy(d + j, &a, sizeof(VEC));                                                    \
+        }                                                                                      \
+    }                                                                                          \
+    ATTR static void combine_##SUFFIX(float *restrict d, const float *restrict s, i64 n, int mx) { \
+        i64 j = n / VB * VB;                                                                   \
+        combine_vec_##SUFFIX(d, s, j, mx);                                                     \
+        if (j < n) { /* the tail through a vector on the stack: no scalar branches */          \
+            float ta[VB] = {0}, tb[VB] = {0};                                                  \
+            VEC a, b;                                                                          \
+            memcpy(ta, d + j, (n - j) * sizeof(float));                                        \
+            memcpy(tb, s + j, (n - j) * sizeof(float));                                        \
+            memcpy(&a, ta, sizeof(VEC));                                                       \
+            memcpy(&b, tb, sizeof(VEC));                                                       \
+            a = mx ? pmax_##SUFFIX(a, b) : a + b;                                              \
+            memcpy(ta, &a, sizeof(VEC));                                                       \
+            memcpy(d + j, ta, (n - j) * sizeof(float));                                        \
         }                                                                                      \
     }                                                                                          \
     ATTR static void pool_##SUFFIX(const float *x, i64 P, i64 H, i64 W, float *y, i64 OH,     \
@@ -784,6 +778,37 @@ AVX512 static void tr_out_avx512(const float *ys, i64 P, i64 nb, float *y) {
     }
 
 
+/* The pixel-lanes tiles' shared pieces (pwc_tile, pwr*): MB x PV accumulators from 0; one input
+ * channel's PV pixel vectors xv times its MB broadcast weights (wg, K x MB) into them; the bias,
+ * the epilogue and the contiguous store of each output channel's n pixels (row stride YS). */
+#define PIX_ZERO(VEC, MB, PV)                                                                  \
+    VEC acc[MB][PV];                                                                           \
+    _Pragma("GCC unroll 8") for (int r = 0; r < MB; r++)                                       \
+        _Pragma("GCC unroll 4") for (int v = 0; v < PV; v++) acc[r][v] = (VEC){0};
+#define PIX_FMA(VEC, MB, PV)                                                                   \
+    {                                                                                          \
+        const float *wk = wg + k * MB;                                                         \
+        _Pragma("GCC unroll 8") for (int r = 0; r < MB; r++) {                                 \
+            VEC wb = wk[r] - (VEC){0};                                                         \
+            _Pragma("GCC unroll 4") for (int v = 0; v < PV; v++) acc[r][v] += xv[v] * wb;      \
+        }                                                                                      \
+    }
+#define PIX_STORE(SUFFIX, VEC, VB, MB, PV, YS)                                                 \
+    {                                                                                          \
+        i64 rows = M - m0 < MB ? M - m0 : MB;                                                  \
+        for (int r = 0; r < rows; r++) {                                                       \
+            VEC bv = bias[m0 + r] - (VEC){0};                                                  \
+            float *yr = y + (m0 + r) * (YS);                                                   \
+            float lanes[PV * VB];                                                              \
+            float *dst = n == PV * VB ? yr : lanes; /* a partial tile through the stack */     \
+            _Pragma("GCC unroll 4") for (int v = 0; v < PV; v++) {                             \
+                VEC o = epi_##SUFFIX(acc[r][v] + bv, act, ap);                                 \
+                memcpy(dst + v * VB, &o, sizeof(VEC));                                         \
+            }                                                                                  \
+            if (dst == lanes) memcpy(yr, lanes, (size_t)n * sizeof(float));                   \
+        }                                                                                      \
+    }
+
 /* Pointwise (1x1, stride 1, unpadded, dense) convolution with pixels as the vector lanes: y (M,
  * P) = epi(W (M, K) . x (K, P) + bias) per image, MB output channels x PV vectors of VB pixels
  * in registers; for every input channel PV contiguous pixel vectors are loaded and MB weights
@@ -800,37 +825,14 @@ AVX512 static void tr_out_avx512(const float *ys, i64 P, i64 nb, float *y) {
     ATTR static inline void pwc_tile_##SUFFIX(const float *x, i64 xs, const float *wg, i64 K,   \
                                               const float *bias, i64 m0, i64 M, float *y,       \
                                               i64 ys, i64 n, int act, const float *ap) {        \
-        VEC acc[MB][PV];                                                                       \
-        _Pragma("GCC unroll 8") for (int r = 0; r < MB; r++)                                   \
-            _Pragma("GCC unroll 4") for (int v = 0; v < PV; v++) acc[r][v] = (VEC){0};          \
+        PIX_ZERO(VEC, MB, PV)                                                                  \
         for (i64 k = 0; k < K; k++) {                                                          \
             VEC xv[PV];                                                                        \
             _Pragma("GCC unroll 4") for (int v = 0; v < PV; v++)                               \
                 memcpy(&xv[v], x + k * xs + v * VB, sizeof(VEC));                              \
-            const float *wk = wg + k * MB;                                                     \
-            _Pragma("GCC unroll 8") for (int r = 0; r < MB; r++) {                             \
-                VEC wb = wk[r] - (VEC){0};                                                     \
-                _Pragma("GCC unroll 4") for (int v = 0; v < PV; v++) acc[r][v] += xv[v] * wb;  \
-            }                                                                                  \
+            PIX_FMA(VEC, MB, PV)                                                               \
         }                                                                                      \
-        i64 rows = M - m0 < MB ? M - m0 : MB;                                                  \
-        for (int r = 0; r < rows; r++) {                                                       \
-            VEC bv = bias[m0 + r] - (VEC){0};                                                  \
-            float *yr = y + (m0 + r) * ys;                                                     \
-            if (n == PV * VB) {                                                                \
-                _Pragma("GCC unroll 4") for (int v = 0; v < PV; v++) {                         \
-                    VEC o = epi_##SUFFIX(acc[r][v] + bv, act, ap);                             \
-                    memcpy(yr + v * VB, &o, sizeof(VEC));                                      \
-                }                                                                              \
-            } else {                                                                           \
-                float lanes[PV * VB];                                                          \
-                _Pragma("GCC unroll 4") for (int v = 0; v < PV; v++) {                         \
-                    VEC o = epi_##SUFFIX(acc[r][v] + bv, act, ap);                             \
-                    memcpy(lanes + v * VB, &o, sizeof(VEC));                                   \
-                }                                                                              \
-                memcpy(yr, lanes, (size_t)n * sizeof(float));                                  \
-            }                                                                                  \
-        }                                                                                      \
+        PIX_STORE(SUFFIX, VEC, VB, MB, PV, ys)                                                 \
     }                                                                                          \
     ATTR static void pwc_##SUFFIX(const float *x, i64 K, i64 P, const float *wpk, i64 M,          \
                                   const float *bias, float *y, int act, const float *ap,        \
@@ -865,9 +867,7 @@ AVX512 static void tr_out_avx512(const float *ys, i64 P, i64 nb, float *y) {
                                                    const float *wg, const float *bias, i64 m0,  \
                                                    i64 M, float *y, i64 opix, i64 n, int act,   \
                                                    const float *ap) {                           \
-        VEC acc[MB][PV];                                                                       \
-        _Pragma("GCC unroll 8") for (int r = 0; r < MB; r++)                                   \
-            _Pragma("GCC unroll 4") for (int v = 0; v < PV; v++) acc[r][v] = (VEC){0};          \
+        PIX_ZERO(VEC, MB, PV)                                                                  \
         for (i64 k = 0; k < K; k++) {                                                          \
             const float *p = src + offs[k];                                                    \
             VEC xv[PV];                                                                        \
@@ -875,30 +875,9 @@ AVX512 static void tr_out_avx512(const float *ys, i64 P, i64 nb, float *y) {
                 if (S == 1) memcpy(&xv[v], p + v * VB, sizeof(VEC));                           \
                 else xv[v] = ld2_##SUFFIX(p + 2 * v * VB, 2);                                  \
             }                                                                                  \
-            const float *wk = wg + k * MB;                                                     \
-            _Pragma("GCC unroll 8") for (int r = 0; r < MB; r++) {                             \
-                VEC wb = wk[r] - (VEC){0};                                                     \
-                _Pragma("GCC unroll 4") for (int v = 0; v < PV; v++) acc[r][v] += xv[v] * wb;  \
-            }                                                                                  \
+            PIX_FMA(VEC, MB, PV)                                                               \
         }                                                                                      \
-        i64 rows = M - m0 < MB ? M - m0 : MB;                                                  \
-        for (int r = 0; r < rows; r++) {                                                       \
-            VEC bv = bias[m0 + r] - (VEC){0};                                                  \
-            float *yr = y + (m0 + r) * opix;                                                   \
-            if (n == PV * VB) {                                                                \
-                _Pragma("GCC unroll 4") for (int v = 0; v < PV; v++) {                         \
-                    VEC o = epi_##SUFFIX(acc[r][v] + bv, act, ap);                             \
-                    memcpy(yr + v * VB, &o, sizeof(VEC));                                      \
-                }                                                                              \
-            } else {                                                                           \
-                float lanes[PV * VB];                                                          \
-                _Pragma("GCC unroll 4") for (int v = 0; v < PV; v++) {                         \
-                    VEC o = epi_##SUFFIX(acc[r][v] + bv, act, ap);                             \
-                    memcpy(lanes + v * VB, &o, sizeof(VEC));                                   \
-                }                                                                              \
-                memcpy(yr, lanes, (size_t)n * sizeof(float));                                  \
-            }                                                                                  \
-        }                                                                                      \
+        PIX_STORE(SUFFIX, VEC, VB, MB, PV, opix)                                               \
     }
 
 typedef void (*pwr_fn)(const float *, const i64 *, i64, const float *, const float *, i64, i64, float *,

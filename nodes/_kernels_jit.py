@@ -648,24 +648,36 @@ def shifted_sum(z, zi, offs, b, out, pitch, r0, rows):  # pragma: no cover - com
                     d[j] = d[j] + src[j]
 
 
-@njit(cache=True, nogil=True)
-def fake_quant(x, s, z, lo, hi, out):  # pragma: no cover - compiled
-    # out = (clip(rint(x / s[c]) + z[c], lo, hi) - z[c]) * s[c] in float32, each step rounded as
-    # QuantizeLinear then DequantizeLinear round it (the integer q - z is exact in float32 for
-    # 8- and 16-bit types). x, out (outer, C, inner). Returns how many x are NaN: numpy's cast of
-    # a NaN to an integer type decides those, so the caller recomputes them its own way.
+@njit(cache=True, nogil=True, inline="always")
+def _quant_pass(x, s, z, lo, hi, out, fake):  # pragma: no cover - compiled
+    # q = clip(rint(x / s[c]) + z[c], lo, hi) with the float32 roundings of quantize_linear over
+    # x, out (outer, C, inner); out = q (QuantizeLinear, cast to out's type: exact, q is integral
+    # and in range) or, with ``fake``, (q - z[c]) * s[c] (then DequantizeLinear: q - z is exact in
+    # float32 for 8- and 16-bit types). Returns how many x are NaN: numpy's cast of a NaN to an
+    # integer type decides those, so the caller recomputes them its own way.
     n_outer, c, inner = x.shape
     nan = 0
     for o in range(n_outer):
         for ch in range(c):
             sv, zv = s[ch], z[ch]
             src, dst = x[o, ch], out[o, ch]
-            for i in range(inner):
-                q = np.rint(src[i] / sv) + zv
-                nan += q != q
-                q = lo if q < lo else (hi if q > hi else q)
-                dst[i] = (q - zv) * sv
+            if fake:
+                for i in range(inner):
+                    q = np.rint(src[i] / sv) + zv
+                    nan += q != q
+                    dst[i] = ((lo if q < lo else (hi if q > hi else q)) - zv) * sv
+            else:
+                for i in range(inner):
+                    q = np.rint(src[i] / sv) + zv
+                    nan += q != q
+                    dst[i] = lo if q < lo else (hi if q > hi else q)
     return nan
+
+
+@njit(cache=True, nogil=True)
+def fake_quant(x, s, z, lo, hi, out):  # pragma: no cover - compiled
+    # QuantizeLinear then DequantizeLinear in one pass (_quant_pass)
+    return _quant_pass(x, s, z, lo, hi, out, True)
 
 
 @njit(cache=True, nogil=True, fastmath={"contract"})
@@ -708,20 +720,8 @@ def error_sums(r, x, out):  # pragma: no cover - compiled
 
 @njit(cache=True, nogil=True)
 def quantize(x, s, z, lo, hi, out):  # pragma: no cover - compiled
-    # QuantizeLinear: out = clip(rint(x / s[c]) + z[c], lo, hi) with the float32 roundings of
-    # quantize_linear, cast to out's integer type (exact: the value is integral and in range).
-    # x (outer, C, inner) float32. Returns how many x are NaN (the caller's cast decides those).
-    n_outer, c, inner = x.shape
-    nan = 0
-    for o in range(n_outer):
-        for ch in range(c):
-            sv, zv = s[ch], z[ch]
-            src, dst = x[o, ch], out[o, ch]
-            for i in range(inner):
-                q = np.rint(src[i] / sv) + zv
-                nan += q != q
-                dst[i] = lo if q < lo else (hi if q > hi else q)
-    return nan
+    # QuantizeLinear in one pass (_quant_pass)
+    return _quant_pass(x, s, z, lo, hi, out, False)
 
 
 @njit(cache=True, nogil=True)
