@@ -314,7 +314,7 @@ class GlobalAveragePoolSpec(_GlobalPool):
         size; onnxruntime's integer QLinearGlobalAveragePool sums exactly): one compiled pass
         (nodes.direct_conv.plane_means_for) where this build has it, else numpy's float64 sum,
         the same bits. Measured in the fused plan of ppocr_cls (five 2 x 96 pools of 88-200
-        planes): 0.20 -> about 0.10 ms per run, noisy in the model)."""
+        planes): 0.20 -> about 0.10 ms per run (noisy in the model)."""
         # the two ufunc calls ndarray.mean makes (sum, then an in-place divide by the count as
         # np.intp), without its Python wrapper: ~1-2 us less per call, most of a small pool's cost
         axes = tuple(range(2, x.ndim))
