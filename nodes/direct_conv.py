@@ -151,7 +151,7 @@ class Prepared:
     def __init__(self, w: np.ndarray, b: np.ndarray | None, group: int, vb: int | None = None) -> None:
         self.w, self.b, self.vb = w, b, vb or lanes()
         self.packed = pack(w, group, vb)
-        self._pointwise: tuple[np.ndarray, np.ndarray] | None = None  # pointwise_weights(), made on first use
+        self._pointwise: tuple[np.ndarray, np.ndarray] | None = None  # _pixel_weights(), made on first use
         g, nb, lanes_ = self.packed.shape[0], self.packed.shape[1], self.packed.shape[-1]
         self.m = m = int(w.shape[0])
         self.bias = np.zeros((g, nb * lanes_), np.float32)  # a whole vector per block
@@ -237,14 +237,6 @@ class Prepared:
 
 
 POINTWISE_MIN_PIXELS, POINTWISE_MAX_IN = 512, 128
-ROWS_ENABLED, ROWS_MAX_K, ROWS_MIN_OW = True, 80, 32
-"""Dense convolutions at stride 1 or 2 along the row with sums of at most ROWS_MAX_K terms (C x KH
-x KW), at least POINTWISE_MIN_PIXELS output pixels and rows of at least ROWS_MIN_OW run with pixels
-as the lanes in row tiles (npu_conv_rows_f32; the same bits). Measured on one AVX-512 core, us,
-channel lanes / row tiles (best of 150, a fused ReLU): 3 -> 64 3x3 s2 on 224^2 688 / 631, 3 -> 16
-s2 on 224^2 183 / 159, 3 -> 8 s2 on 48 x 192 31 / 17, 8 -> 8 3x3 on 24 x 96 54 / 26, 4 -> 32 on
-60^2 125 / 102, 8 -> 16 on 112^2 307 / 273; longer sums lose (16 -> 64 3x3 on 55^2, K = 144,
-531 / 591; 32 -> 128 on 27^2 487 / 580)."""
 """Dense 1x1 stride-1 convolutions of at least this many output pixels and at most this many
 input channels run with pixels as the vector lanes (npu_pointwise_f32: contiguous pixel loads
 and stores, no transpose into the output planes); the same sums, the same bits. Measured on one
@@ -253,6 +245,15 @@ AVX-512 core, us, channels as lanes / pixels as lanes (best of 300, a fused ReLU
 32 -> 64 on 56 x 56 195 / 155, 128 -> 128 on 28 x 28 269 / 251, 64 -> 256 on 56 x 56 1143 / 1000;
 not below 512 pixels (256 -> 256 on 14 x 14 246 / 289, 512 -> 512 on 7 x 7 235 / 447) nor over
 128 input channels (256 -> 64 on 56 x 56 963 / 998, 512 -> 128 on 28 x 28 917 / 929)."""
+
+ROWS_ENABLED, ROWS_MAX_K, ROWS_MIN_OW = True, 80, 32  # ROWS_ENABLED: False for side-by-side tests
+"""Dense convolutions at stride 1 or 2 along the row with sums of at most ROWS_MAX_K terms (C x KH
+x KW), at least POINTWISE_MIN_PIXELS output pixels and rows of at least ROWS_MIN_OW run with pixels
+as the lanes in row tiles (npu_conv_rows_f32; the same bits). Measured on one AVX-512 core, us,
+channel lanes / row tiles (best of 150, a fused ReLU): 3 -> 64 3x3 s2 on 224^2 688 / 631, 3 -> 16
+s2 on 224^2 183 / 159, 3 -> 8 s2 on 48 x 192 31 / 17, 8 -> 8 3x3 on 24 x 96 54 / 26, 4 -> 32 on
+60^2 125 / 102, 8 -> 16 on 112^2 307 / 273; longer sums lose (16 -> 64 3x3 on 55^2, K = 144,
+531 / 591; 32 -> 128 on 27^2 487 / 580)."""
 
 
 BLOCKED_MAX_OW, BLOCKED_MAX_PIXELS = 16, 512
