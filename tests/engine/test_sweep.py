@@ -176,9 +176,12 @@ def test_ctrl_c_stops_cleanly_keeping_every_finished_row(tmp_path):
                              eval_samples=48)
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    # its own LocalCluster, and SIGINT to the whole process group, as Ctrl+C in a terminal does
+    # its own LocalCluster, and SIGINT to the whole process group, as Ctrl+C in a terminal does. A
+    # terminal's foreground job has SIGINT at its default; a suite started in the background (`make
+    # test &`) has it ignored, and the child would inherit that and finish instead of stopping.
     proc = subprocess.Popen([sys.executable, "-m", "engine", "sweep", str(spec_path), "-o", str(out),
                              "--workers", "1"], cwd=ROOT, env=env, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not (out / "results.csv").exists() or not _rows(out / "results.csv"):
