@@ -20,6 +20,7 @@
  */
 #include <Python.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #include <immintrin.h>
@@ -84,13 +85,23 @@ enum { EPI_NONE = 0, EPI_RELU = 1, EPI_HSWISH = 2, EPI_HSCHAIN = 3, EPI_HSIG = 4
         return v * (t * k);                                                                    \
     }
 
+/* K chunking (the reduction over C x KH x KW taps): a long sum is cut into chunks of VB_KC taps
+ * whose weights (two VB-lane blocks: 16 KB) stay in L1 while every run of the output row is
+ * computed; the partial sums are stored as they are and reloaded, so each output's FMA chain
+ * and its bits are those of one unbroken loop. Sums of at most CONV_KC_MIN chunks run whole. */
+static i64 conv_kc_taps = -1; /* -1: VB_KC; else the chunk length (tests, benchmarks) */
+#define VB_KC(VB) (conv_kc_taps > 0 ? conv_kc_taps : (VB) == 16 ? 128 : 256)
+#define CONV_KC_MIN 2
+void npu_conv_set_kc(i64 taps) { conv_kc_taps = taps; }
+
 #define CONV_BODY(VEC, VI, VB, OB, P, epi)                                                              \
     do {                                                                                       \
         VEC acc[OB][P];                                                                        \
         _Pragma("GCC unroll 4") for (int b_ = 0; b_ < OB; b_++)                                \
-            _Pragma("GCC unroll 16") for (int p_ = 0; p_ < P; p_++) acc[b_][p_] = (VEC){0};     \
-        const float *wc = w0;                                                                  \
-        for (i64 t = 0; t < K; t++, wc += VB) {                                                \
+            _Pragma("GCC unroll 16") for (int p_ = 0; p_ < P; p_++)                            \
+                acc[b_][p_] = k0 ? part[b_ * P + p_] : (VEC){0};                               \
+        const float *wc = w0 + k0 * VB;                                                        \
+        for (i64 t = k0; t < k1; t++, wc += VB) {                                              \
             const float *xx = x0 + offs[t];                                                    \
             VEC wv[OB];                                                                        \
             _Pragma("GCC unroll 4") for (int b_ = 0; b_ < OB; b_++)                            \
@@ -100,6 +111,11 @@ enum { EPI_NONE = 0, EPI_RELU = 1, EPI_HSWISH = 2, EPI_HSCHAIN = 3, EPI_HSIG = 4
                 _Pragma("GCC unroll 4") for (int b_ = 0; b_ < OB; b_++)                        \
                     acc[b_][p_] += xv * wv[b_];                                                \
             }                                                                                  \
+        }                                                                                      \
+        if (k1 < K) { /* a partial sum: kept as it is, the next chunk continues the same chain */ \
+            _Pragma("GCC unroll 4") for (int b_ = 0; b_ < OB; b_++)                            \
+                _Pragma("GCC unroll 16") for (int p_ = 0; p_ < P; p_++) part[b_ * P + p_] = acc[b_][p_]; \
+            break;                                                                             \
         }                                                                                      \
         for (int b_ = 0; b_ < OB; b_++) {                                                      \
             float lanes[P][VB];                                                                \
@@ -122,7 +138,7 @@ enum { EPI_NONE = 0, EPI_RELU = 1, EPI_HSWISH = 2, EPI_HSCHAIN = 3, EPI_HSIG = 4
 #define DEFINE_BLOCK(NAME, SUFFIX, ATTR, VEC, VI, VB, OB, P)                                               \
     ATTR static void NAME(const float *x0, const float *w0, const float *bias, float *y0,     \
                           i64 ocb, i64 M, i64 K, const i64 *offs, i64 sx, i64 bstride,         \
-                          i64 opix, int act, const float *ap) {                                \
+                          i64 opix, int act, const float *ap, i64 k0, i64 k1, VEC *part) {     \
         CONV_BODY(VEC, VI, VB, OB, P, epi_##SUFFIX);                                               \
     }
 
@@ -146,8 +162,8 @@ enum { EPI_NONE = 0, EPI_RELU = 1, EPI_HSWISH = 2, EPI_HSCHAIN = 3, EPI_HSIG = 4
      blk_##SUFFIX##_f##OB##p7, blk_##SUFFIX##_f##OB##p8, blk_##SUFFIX##_f##OB##p9,            \
      blk_##SUFFIX##_f##OB##p10, blk_##SUFFIX##_f##OB##p11, blk_##SUFFIX##_f##OB##p12}
 
-typedef void (*blk_fn)(const float *, const float *, const float *, float *, i64, i64, i64,
-                       const i64 *, i64, i64, i64, int, const float *);
+#define BLK_FN(NAME, VEC) void (*NAME)(const float *, const float *, const float *, float *, i64, i64, i64, \
+                            const i64 *, i64, i64, i64, int, const float *, i64, i64, VEC *)
 
 /* The whole convolution: pairs of output-channel blocks outermost (their weights stay in L2
  * while every output row is computed), each output row split into near-equal runs of at most
@@ -159,6 +175,7 @@ typedef void (*blk_fn)(const float *, const float *, const float *, float *, i64
                                    i64 M, i64 KH, i64 KW, const float *bias, i64 sy, i64 sx,   \
                                    i64 dy, i64 dx, float *y, i64 OH, i64 OW, i64 *offs,        \
                                    int act, const float *ap) {                                 \
+        typedef BLK_FN(blk_fn, VEC);                                                           \
         static const blk_fn table[2][12] = {ROW_TABLE(SUFFIX, 1), ROW_TABLE(SUFFIX, 2)};       \
         i64 plane = HP * WP, bstride = C * KH * KW * VB, opix = OH * OW;                       \
         i64 nb = (M + VB - 1) / VB, K = C * KH * KW;                                           \
@@ -166,19 +183,28 @@ typedef void (*blk_fn)(const float *, const float *, const float *, float *, i64
             for (i64 ky = 0; ky < KH; ky++)                                                    \
                 for (i64 kx = 0; kx < KW; kx++) offs[t++] = ic * plane + ky * dy * WP + kx * dx; \
         i64 runs = (OW + PMAX - 1) / PMAX;                                                     \
+        i64 kc = K <= CONV_KC_MIN * VB_KC(VB) ? K : VB_KC(VB);                                 \
+        VEC *part = kc < K ? aligned_alloc(64, (size_t)runs * 2 * PMAX * sizeof(VEC)) : NULL;  \
+        if (!part) kc = K;                                                                     \
         for (i64 ocb = 0; ocb < nb; ocb += 2) {                                                \
             int ob = nb - ocb >= 2 ? 2 : 1;                                                    \
             const float *w0 = wpk + ocb * bstride;                                             \
             for (i64 oh = 0; oh < OH; oh++) {                                                  \
                 const float *xrow = xp + oh * sy * WP;                                         \
-                for (i64 r = 0, ow0 = 0; r < runs; r++) {                                      \
-                    i64 ow1 = OW * (r + 1) / runs;                                             \
-                    table[ob - 1][ow1 - ow0 - 1](xrow + ow0 * sx, w0, bias, y + oh * OW + ow0, \
-                                                 ocb, M, K, offs, sx, bstride, opix, act, ap); \
-                    ow0 = ow1;                                                                 \
+                for (i64 k0 = 0; k0 < K; k0 += kc) {                                           \
+                    i64 k1 = K - k0 < kc + kc / 2 ? K : k0 + kc;                               \
+                    for (i64 r = 0, ow0 = 0; r < runs; r++) {                                  \
+                        i64 ow1 = OW * (r + 1) / runs;                                         \
+                        table[ob - 1][ow1 - ow0 - 1](xrow + ow0 * sx, w0, bias, y + oh * OW + ow0, \
+                                                     ocb, M, K, offs, sx, bstride, opix, act, ap, \
+                                                     k0, k1, part ? part + r * 2 * PMAX : NULL); \
+                        ow0 = ow1;                                                             \
+                    }                                                                          \
+                    if (k1 == K) break;                                                        \
                 }                                                                              \
             }                                                                                  \
         }                                                                                      \
+        free(part);                                                                            \
     }
 
 

@@ -118,7 +118,18 @@ def _lib() -> ctypes.CDLL | None:
     lib.npu_pointwise_scratch.argtypes = [i64, i64]
     lib.npu_plane_means_f32.restype = ctypes.c_int
     lib.npu_plane_means_f32.argtypes = [ptr, i64, i64, ptr, i64]
+    lib.npu_conv_set_kc.restype = None
+    lib.npu_conv_set_kc.argtypes = [i64]
     return lib
+
+
+def set_sum_chunk(taps: int) -> None:
+    """The channels-as-lanes kernel's K chunk in taps (-1: its default, 256 with AVX2, 128 with
+    AVX-512; a large value: whole sums), for side-by-side tests and benchmarks. The bits do not
+    depend on it (each partial sum is stored as it is and the chain continues)."""
+    lib = _lib()
+    if lib is not None:
+        lib.npu_conv_set_kc(int(taps))
 
 
 @functools.lru_cache(maxsize=1)
@@ -185,10 +196,15 @@ class Prepared:
         n, c, hp, wp = xshape
         oh, ow = int(out_hw[0]), int(out_hw[1])
         if group == 1 and oh * ow >= POINTWISE_MIN_PIXELS:
-            if kh == kw == 1 and (hp, wp) == (oh, ow) and tuple(strides) == (1, 1) and c <= POINTWISE_MAX_IN:
+            if (kh == kw == 1 and (hp, wp) == (oh, ow) and tuple(strides) == (1, 1)
+                    and c <= POINTWISE_MAX_IN.get(vb, 0)):
                 return self._pointwise_plan(n, c, oh * ow, (n, m, oh, ow), epilogue)
-            if ROWS_ENABLED and strides[1] in (1, 2) and c * kh * kw <= ROWS_MAX_K and ow >= ROWS_MIN_OW:
+            if (ROWS_ENABLED and vb in ROWS_LANES and strides[1] in (1, 2) and c * kh * kw <= ROWS_MAX_K
+                    and ow >= ROWS_MIN_OW):
                 return self._rows_plan(xshape, strides, dils, (oh, ow), epilogue)
+        yshape = (n, m, oh, ow)
+        if FLAT_POINTWISE and kh == kw == 1 and (hp, wp) == (oh, ow) and tuple(strides) == (1, 1):
+            hp, wp, oh, ow = 1, hp * wp, 1, oh * ow  # one long row: whole runs of pixels (FLAT_POINTWISE)
         mg = m // group
         sy, sx, dh, dw = int(strides[0]), int(strides[1]), int(dils[0]), int(dils[1])
         x_img, y_img, x_grp, y_grp = c * hp * wp * 4, m * oh * ow * 4, cg * hp * wp * 4, mg * oh * ow * 4
@@ -199,7 +215,7 @@ class Prepared:
         act, ap = (epilogue.code, epilogue.ap) if epilogue is not None else (0, 0)
         args = np.array([cg, hp, wp, mg, kh, kw, sy, sx, dh, dw, oh, ow, vb, act, ap, len(calls)]
                         + [v for call in calls for v in call], np.int64)  # npu_conv2d_f32_plan's
-        return _lib().npu_conv2d_f32_plan, (n, m, oh, ow), cg * kh * kw, args, addr(args)
+        return _lib().npu_conv2d_f32_plan, yshape, cg * kh * kw, args, addr(args)
 
     def _pixel_weights(self) -> tuple[np.ndarray, np.ndarray]:
         """The weights as the pixel-lanes kernels read them, (ceil(M / MB), C x KH x KW, MB) with
@@ -236,24 +252,40 @@ class Prepared:
         return lib.npu_pointwise_f32_plan, yshape, scratch, args, addr(args)
 
 
-POINTWISE_MIN_PIXELS, POINTWISE_MAX_IN = 512, 128
-"""Dense 1x1 stride-1 convolutions of at least this many output pixels and at most this many
-input channels run with pixels as the vector lanes (npu_pointwise_f32: contiguous pixel loads
-and stores, no transpose into the output planes); the same sums, the same bits. Measured on one
-AVX-512 core, us, channels as lanes / pixels as lanes (best of 300, a fused ReLU or HardSwish):
-16 -> 32 on 112 x 112 352 / 199, 3 -> 8 on 320 x 320 433 / 152, 16 -> 88 on 96 x 96 600 / 399,
-32 -> 64 on 56 x 56 195 / 155, 128 -> 128 on 28 x 28 269 / 251, 64 -> 256 on 56 x 56 1143 / 1000;
-not below 512 pixels (256 -> 256 on 14 x 14 246 / 289, 512 -> 512 on 7 x 7 235 / 447) nor over
-128 input channels (256 -> 64 on 56 x 56 963 / 998, 512 -> 128 on 28 x 28 917 / 929)."""
+POINTWISE_MIN_PIXELS = 512
+POINTWISE_MAX_IN = {16: 128, 8: 16}
+"""Dense 1x1 stride-1 convolutions of at least POINTWISE_MIN_PIXELS output pixels and at most
+POINTWISE_MAX_IN[lanes] input channels run with pixels as the vector lanes (npu_pointwise_f32:
+contiguous pixel loads and stores, no transpose into the output planes); the same sums, the same
+bits. Measured on one AVX-512 core, us, channels as lanes / pixels as lanes (best of 300, a fused
+ReLU or HardSwish): 16 -> 32 on 112 x 112 352 / 199, 3 -> 8 on 320 x 320 433 / 152, 16 -> 88 on
+96 x 96 600 / 399, 32 -> 64 on 56 x 56 195 / 155, 128 -> 128 on 28 x 28 269 / 251, 64 -> 256 on
+56 x 56 1143 / 1000; not below 512 pixels (256 -> 256 on 14 x 14 246 / 289, 512 -> 512 on 7 x 7
+235 / 447) nor over 128 input channels (256 -> 64 on 56 x 56 963 / 998, 512 -> 128 on 28 x 28
+917 / 929). With AVX2 (8 lanes, its 4 x 2 tile; an AMD EPYC core, best of 30, us, one plane as
+one row / pixels as lanes) only narrow inputs gain: 3 -> 8 on 320^2 750 / 426, 16 -> 32 on 112^2
+459 / 412, 16 -> 64 on 55^2 164 / 139; from 32 input channels on they lose or tie (32 -> 64 on
+56^2 327 / 331, 64 -> 256 on 56^2 1978 / 2406, 256 -> 64 on 56^2 1712 / 2139)."""
 
 ROWS_ENABLED, ROWS_MAX_K, ROWS_MIN_OW = True, 80, 32  # ROWS_ENABLED: False for side-by-side tests
+ROWS_LANES = (16,)
 """Dense convolutions at stride 1 or 2 along the row with sums of at most ROWS_MAX_K terms (C x KH
 x KW), at least POINTWISE_MIN_PIXELS output pixels and rows of at least ROWS_MIN_OW run with pixels
-as the lanes in row tiles (npu_conv_rows_f32; the same bits). Measured on one AVX-512 core, us,
-channel lanes / row tiles (best of 150, a fused ReLU): 3 -> 64 3x3 s2 on 224^2 688 / 631, 3 -> 16
-s2 on 224^2 183 / 159, 3 -> 8 s2 on 48 x 192 31 / 17, 8 -> 8 3x3 on 24 x 96 54 / 26, 4 -> 32 on
-60^2 125 / 102, 8 -> 16 on 112^2 307 / 273; longer sums lose (16 -> 64 3x3 on 55^2, K = 144,
-531 / 591; 32 -> 128 on 27^2 487 / 580)."""
+as the lanes in row tiles (npu_conv_rows_f32; the same bits), at the SIMD widths of ROWS_LANES.
+Measured on one AVX-512 core, us, channel lanes / row tiles (best of 150, a fused ReLU): 3 -> 64
+3x3 s2 on 224^2 688 / 631, 3 -> 16 s2 on 224^2 183 / 159, 3 -> 8 s2 on 48 x 192 31 / 17, 8 -> 8
+3x3 on 24 x 96 54 / 26, 4 -> 32 on 60^2 125 / 102, 8 -> 16 on 112^2 307 / 273; longer sums lose
+(16 -> 64 3x3 on 55^2, K = 144, 531 / 591; 32 -> 128 on 27^2 487 / 580). With AVX2 (an AMD EPYC
+core, best of 30, us) the 4 x 2 tile loses almost everywhere: 3 -> 64 3x3 s2 on 224^2 1024 / 2390,
+3 -> 24 s2 on 224^2 660 / 949, 3 -> 8 s2 on 192^2 255 / 295, 8 -> 32 on 160^2 1979 / 2101 (8 -> 8
+on 96^2 308 / 276 the one gain)."""
+
+
+FLAT_POINTWISE = True
+"""1x1 stride-1 convolutions with channels as lanes see the plane as one row: runs of PMAX
+pixels across row ends, where a 13-pixel row was three short runs (the same sums, the same bits).
+AVX2, an AMD EPYC core, us, rows / one row (best of 30): 512 -> 1000 on 13^2 4485 / 3927, 512
+-> 512 on 7^2 886 / 743, 2048 -> 512 on 7^2 3043 / 2365, 64 -> 256 on 56^2 2302 / 1978."""
 
 
 BLOCKED_MAX_OW, BLOCKED_MAX_PIXELS = 16, 512

@@ -285,6 +285,7 @@ def test_pointwise_with_pixels_as_lanes_gives_the_channel_lanes_kernels_bits(x_s
     w = rng.standard_normal((m, x_shape[1], 1, 1)).astype(np.float32)
     b = rng.standard_normal(m).astype(np.float32)
     out = x_shape[2:]
+    monkeypatch.setattr(direct_conv, "POINTWISE_MAX_IN", {16: 128, 8: 128})  # both widths, however fast
     prep = direct_conv.Prepared(w, b, 1, vb)
     got = prep(x, (1, 1), (1, 1), out, ep)
     assert prep._pointwise is not None  # the pixel-lanes kernel ran
@@ -319,11 +320,55 @@ def test_row_tiles_with_pixels_as_lanes_give_the_channel_lanes_kernels_bits(x_sh
     xp = pad_spatial(x, (pad, pad), (pad, pad))
     out = [(xp.shape[2 + i] - (k - 1) * dil - 1) // stride + 1 for i in range(2)]
     monkeypatch.setattr(direct_conv, "ROWS_MIN_OW", 1)
+    monkeypatch.setattr(direct_conv, "ROWS_LANES", (16, 8))  # both widths, however fast
     tiles = direct_conv.Prepared(w, b, 1, vb)
     got = tiles(xp, (stride, stride), (dil, dil), out, ep)
     assert tiles._pointwise is not None  # the row-tile kernel ran
     monkeypatch.setattr(direct_conv, "ROWS_ENABLED", False)
     want = direct_conv.Prepared(w, b, 1, vb)(xp, (stride, stride), (dil, dil), out, ep)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("vb", _widths())
+@pytest.mark.parametrize("ep", [None, *EPILOGUES], ids=repr)
+@pytest.mark.parametrize(("x_shape", "m"), [((1, 512, 13, 13), 1000), ((2, 40, 7, 9), 21), ((1, 3, 5, 5), 8)])
+def test_a_pointwise_plane_run_as_one_row_keeps_the_bits(x_shape, m, ep, vb, monkeypatch):
+    """A 1x1 convolution with channels as lanes sees its plane as one long row (FLAT_POINTWISE):
+    runs of pixels cross the row ends, each output's sum is unchanged, so are its bits."""
+    rng = np.random.default_rng(21)
+    x = (rng.standard_normal(x_shape) * 3).astype(np.float32)
+    x.reshape(-1)[:3] = [np.nan, -0.0, np.inf]
+    w = rng.standard_normal((m, x_shape[1], 1, 1)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    monkeypatch.setattr(direct_conv, "POINTWISE_MIN_PIXELS", 10 ** 9)
+    got = direct_conv.Prepared(w, b, 1, vb)(x, (1, 1), (1, 1), x_shape[2:], ep)
+    monkeypatch.setattr(direct_conv, "FLAT_POINTWISE", False)
+    want = direct_conv.Prepared(w, b, 1, vb)(x, (1, 1), (1, 1), x_shape[2:], ep)
+    assert got.shape == want.shape == (x_shape[0], m, *x_shape[2:])
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("vb", _widths())
+@pytest.mark.parametrize(("x_shape", "m", "k", "chunk"), [((1, 64, 9, 11), 40, 3, 100), ((2, 37, 6, 5), 17, 3, 7),
+                                                          ((1, 600, 4, 4), 24, 1, -1), ((1, 64, 5, 5), 8, 3, -1)])
+def test_long_sums_cut_into_chunks_keep_the_bits(x_shape, m, k, chunk, vb):
+    """The channels-as-lanes kernel cuts a long sum (C x KH x KW taps) into chunks whose weights
+    stay in L1; a chunk's partial sums are stored as they are and the next continues them, so
+    every output (the bias and a fused ReLU after the last chunk) has the whole sum's bits."""
+    rng = np.random.default_rng(17)
+    x = (rng.standard_normal(x_shape) * 3).astype(np.float32)
+    x.reshape(-1)[:2] = [np.nan, -0.0]
+    w = rng.standard_normal((m, x_shape[1], k, k)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    xp = np.pad(x, ((0, 0), (0, 0), (k // 2,) * 2, (k // 2,) * 2))
+    prep = direct_conv.Prepared(w, b, 1, vb)
+    try:
+        direct_conv.set_sum_chunk(chunk)
+        got = prep(xp, (1, 1), (1, 1), x_shape[2:], direct_conv.RELU)
+        direct_conv.set_sum_chunk(10 ** 9)
+        want = direct_conv.Prepared(w, b, 1, vb)(xp, (1, 1), (1, 1), x_shape[2:], direct_conv.RELU)
+    finally:
+        direct_conv.set_sum_chunk(-1)
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
