@@ -412,7 +412,7 @@ def _conv_nd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequen
     if group > 1 and ktot > 1 and len(kernel) == 2 and cg * mg <= DIRECT_GROUP_WIDTH:
         return conv2d_phases(x, w, b, strides, dils, (*pb, *pe), out), False
     if (len(kernel) == 2 and cdt == np.float32 and direct_conv.lanes() and (
-            (ktot > 1 and (group == 1 or mg >= direct_conv.DIRECT_MIN_GROUP_OUT)) or (ktot == 1 and group == 1))):
+            (group == 1 or mg >= direct_conv.DIRECT_MIN_GROUP_OUT) and (ktot > 1 or group == 1 or direct_conv.lanes() in direct_conv.GROUPED_1X1_LANES))):
         return _direct(cache, lambda: direct_conv.Prepared(w, b, group), x, w, b, epilogue,
                        lambda prep, x_: prep(pad_spatial(x_, pb, pe), strides, dils, out, epilogue)), True
     if (group == 1 and ktot > 1 and len(kernel) == 2 and tuple(strides) == (1, 1) and m <= SHIFTED_MAX_OUT

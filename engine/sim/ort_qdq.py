@@ -254,10 +254,11 @@ class RuntimeExecutor(Executor):
         super().__init__(runtime_graph(graph), max_bytes)
         self._mlas = mlas_gemms(self.graph)
 
-    def _plan(self, graph: Graph, fused: bool = False, keep: frozenset[str] = frozenset()):
+    def _plan(self, graph: Graph, fused: bool = False, keep: frozenset[str] = frozenset(),
+              overridden: frozenset[str] = frozenset()):
         # Always the unfused plan: the fused one folds BatchNormalization and runs epilogues in
         # place, which is our order, not onnxruntime's.
-        plan = super()._plan(graph, False, keep)
+        plan = super()._plan(graph, False, keep, overridden)
         conv, mm, hswish = registry.get("Conv"), registry.get("MatMul"), registry.get("HardSwish")
         lnorm, sigmoid = registry.get("LayerNormalization"), registry.get("Sigmoid")
         for step in (*plan.steps, *plan.const_steps):

@@ -41,8 +41,9 @@ folded on the first run):
   recognizes): one Gelu step, one pass of the compiled kernel (float64 inside, so at least as
   close to the exact value as the float32 chain) instead of five.
 
-A value that a graph output, a subgraph, or a feed (an overridable initializer) can see is
-never fused away.
+A value that a graph output, a subgraph, or a feed can see is never fused away. An initializer
+the model also lists as an input is a constant unless the run feeds it (the executor then plans
+that run with it as a feed).
 """
 
 from __future__ import annotations

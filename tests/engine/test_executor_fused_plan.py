@@ -50,7 +50,7 @@ def _ort(model, feeds):
 
 
 def _fused_steps(ex: Executor) -> list[str]:
-    plan = ex._plans[(id(ex.graph), True, frozenset())]
+    plan = ex._plans[(id(ex.graph), True, frozenset(), frozenset())]
     return [s.spec.op_type for s in plan.steps]
 
 
@@ -110,7 +110,7 @@ def test_values_kept_by_name_come_back_unfused_while_the_rest_stays_fused():
         assert set(got) == keep | {"y"}
         for name in got:
             np.testing.assert_array_equal(got[name], every[name])
-        assert [s.spec.op_type for s in ex._plans[(id(graph), True, frozenset(keep))].steps] == steps
+        assert [s.spec.op_type for s in ex._plans[(id(graph), True, frozenset(keep), frozenset())].steps] == steps
     np.testing.assert_allclose(ex.run({"x": x})["y"], every["y"], rtol=1e-5, atol=1e-6)
     assert _fused_steps(ex) == ["Conv"]  # the plain run's plan folds and fuses all three
 
@@ -284,7 +284,7 @@ def test_per_channel_chains_run_as_one_pass_with_the_op_by_op_numbers():
              "x2": rng.standard_normal((1, 3, 5, 7)).astype(np.float32)}
     ex = Executor(graph)
     runs = [ex.run(feeds)["y"] for _ in range(3)]  # the first run builds the chains' parameters
-    plan = ex._plans[(id(graph), True, frozenset())]
+    plan = ex._plans[(id(graph), True, frozenset(), frozenset())]
     assert _fused_steps(ex) == ["Concat", "BatchNormalization", "Conv", "Concat"]
     assert sum(isinstance(p.fn, ChannelChain) for s in plan.steps for p in s.post) == 1  # the Conv's
     norm = [s.fn for s in plan.steps if isinstance(s.fn, NormChain)]  # the BatchNormalization's, with its chain
@@ -318,7 +318,7 @@ def test_a_batchnorm_chain_on_a_dying_input_follows_statistics_a_feed_overrides(
     x = rng.standard_normal((1, c, 3, 5)).astype(np.float32)
     ex = Executor(engine.load(model))
     runs = [ex.run({"x": x})["y"] for _ in range(3)]
-    plan = ex._plans[(id(ex.graph), True, frozenset())]
+    plan = ex._plans[(id(ex.graph), True, frozenset(), frozenset())]
     assert _fused_steps(ex) == ["Abs", "BatchNormalization"]
     assert isinstance(plan.steps[1].fn, NormChain) and all(plan.steps[1].fn.progs.values())
     op_by_op = ex.run({"x": x}, keep_all=True)["y"]
@@ -329,6 +329,32 @@ def test_a_batchnorm_chain_on_a_dying_input_follows_statistics_a_feed_overrides(
     got = ex.run(other)["y"]
     np.testing.assert_array_equal(got, ex.run(other, keep_all=True)["y"])
     assert not np.array_equal(got, op_by_op)
+    assert ex.fused_fallbacks == 0
+
+
+def test_an_ir3_models_batchnorm_folds_into_its_conv_unless_a_feed_overrides_its_statistics():
+    """An IR 3 model lists every initializer as a graph input (the onnx wheel's light models):
+    a run that does not feed them treats them as constants, as onnxruntime does below IR 4, so
+    Conv+BatchNormalization+Relu is one step; a run that feeds other statistics gets their numbers."""
+    model = _conv_bn_model("relu")
+    g = model.graph
+    g.input.extend([helper.make_tensor_value_info(t.name, TensorProto.FLOAT, list(t.dims)) for t in g.initializer])
+    model.ir_version = 3
+    del model.opset_import[:]
+    model.opset_import.append(helper.make_opsetid("", 9))
+    graph = engine.load(model)
+    assert sorted(graph.overridable) == ["b", "be", "g", "mu", "var", "w"]
+    x = np.random.default_rng(5).standard_normal((1, 3, 9, 9)).astype(np.float32)
+    ex = Executor(graph)
+    for _ in range(2):
+        np.testing.assert_allclose(ex.run({"x": x})["y"], _ort(model, {"x": x})["y"], rtol=1e-5, atol=1e-5)
+    assert _fused_steps(ex) == ["Conv"]
+    var_init = next(t for t in g.initializer if t.name == "var")
+    var4 = (numpy_helper.to_array(var_init) * 4).astype(np.float32)
+    got = ex.run({"x": x, "var": var4})["y"]
+    var_init.CopyFrom(numpy_helper.from_array(var4, "var"))  # onnxruntime refuses such a feed below IR 4
+    np.testing.assert_allclose(got, _ort(model, {"x": x})["y"], rtol=1e-5, atol=1e-5)
+    assert not np.allclose(got, ex.run({"x": x})["y"], rtol=1e-3, atol=1e-3)
     assert ex.fused_fallbacks == 0
 
 
@@ -355,7 +381,7 @@ def test_a_residual_sum_and_its_relu_run_as_one_pass_with_the_op_by_op_numbers(o
     skip = feeds["skip"].copy()
     ex = Executor(engine.load(model))
     got = ex.run(feeds)
-    plan = ex._plans[(id(ex.graph), True, frozenset())]
+    plan = ex._plans[(id(ex.graph), True, frozenset(), frozenset())]
     assert _fused_steps(ex) == ["Abs", "Neg", op, op]
     assert all(isinstance(s.fn, AddRelu) for s in plan.steps[2:])
     want = ex.run(feeds, keep_all=True)
@@ -391,7 +417,7 @@ def test_a_dynamically_quantized_convs_add_cast_mul_run_as_one_pass_with_the_op_
              "sc": np.array([3.1e-5], np.float32)}
     ex = Executor(engine.load(model))
     got = ex.run(feeds)["y"]
-    plan = ex._plans[(id(ex.graph), True, frozenset())]
+    plan = ex._plans[(id(ex.graph), True, frozenset(), frozenset())]
     assert _fused_steps(ex) == ["ConvInteger", "Mul"] and isinstance(plan.steps[1].fn, IntBiasScale)
     np.testing.assert_array_equal(got, ex.run(feeds, keep_all=True)["y"])
     np.testing.assert_allclose(got, _ort(model, feeds)["y"], rtol=1e-6)
@@ -442,3 +468,26 @@ def test_a_bias_free_convs_add_and_hard_sigmoid_run_inside_the_conv_with_the_op_
     np.testing.assert_array_equal(got, ex.run({"x": x}, keep_all=True)["y"])
     assert np.isnan(got).any() and (got == 0).any() and (got == 1).any() and ((got > 0) & (got < 1)).any()
     np.testing.assert_allclose(got, _ort(model, {"x": x})["y"], rtol=1e-6, atol=1e-6)
+
+
+def test_a_run_holds_the_garbage_collector_off_and_leaves_it_as_it_found_it():
+    """Cyclic collections mid-run walked the loaded graph's objects; a run holds them off and
+    restores the collector's state, also when it fails, and never switches it on for a caller
+    who switched it off."""
+    import gc
+
+    model = _conv_bn_model("relu")
+    ex = Executor(engine.load(model))
+    x = np.random.default_rng(6).standard_normal((1, 3, 9, 9)).astype(np.float32)
+    seen = []
+    ex.run({"x": x}, hook=lambda node, outs: seen.append(gc.isenabled()))
+    assert seen and not any(seen) and gc.isenabled()
+    with pytest.raises(ExecutionError):
+        ex.run({"x": np.zeros((1, 3, 9), np.float32)})
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        ex.run({"x": x})
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

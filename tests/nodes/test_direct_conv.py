@@ -150,7 +150,7 @@ def test_numpy_path_when_disabled(monkeypatch):
 def test_pointwise_convs_take_the_kernel_and_keep_their_values(monkeypatch):
     """Dense 1x1 convolutions run the direct kernel, from a squeeze-excite head on a 1x1 image to
     a 128 -> 512 one on 28x28, and give the definition's values within float rounding; grouped
-    1x1 ones stay batched GEMMs."""
+    1x1 ones too at the widths of GROUPED_1X1_LANES, batched GEMMs elsewhere."""
     calls = []
     real = direct_conv.Prepared.__call__
     monkeypatch.setattr(direct_conv.Prepared, "__call__", lambda self, xp, *a: calls.append(xp.shape) or real(self, xp, *a))
@@ -161,7 +161,8 @@ def test_pointwise_convs_take_the_kernel_and_keep_their_values(monkeypatch):
         ref = naive_conv(x, w, None, [1, 1], [0, 0, 0, 0], [1, 1], g)
         np.testing.assert_allclose(conv_nd(x, w, None, [1, 1], [1, 1], [0, 0], [0, 0], g, {}), ref,
                                    rtol=1e-4, atol=1e-4)
-    assert calls == [(1, 512, 7, 7), (1, 128, 28, 28), (1, 8, 1, 1)]
+    grouped = [(1, 24, 5, 5)] if direct_conv.lanes() in direct_conv.GROUPED_1X1_LANES else []
+    assert calls == [(1, 512, 7, 7), (1, 128, 28, 28), (1, 8, 1, 1), *grouped]
 
 
 DW_CASES = [
@@ -370,6 +371,21 @@ def test_long_sums_cut_into_chunks_keep_the_bits(x_shape, m, k, chunk, vb):
     finally:
         direct_conv.set_sum_chunk(-1)
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize(("x_shape", "m", "group"), [((1, 24, 9, 11), 112, 4), ((2, 240, 5, 5), 240, 3),
+                                                   ((1, 64, 6, 6), 16, 2)])
+def test_grouped_pointwise_runs_the_kernel_where_it_is_faster_with_the_reference_values(x_shape, m, group):
+    """A grouped 1x1 convolution (ShuffleNet's) runs the direct kernel, one call per group, at the
+    SIMD widths of GROUPED_1X1_LANES (batched GEMMs elsewhere): the reference convolution's values."""
+    rng = np.random.default_rng(23)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal((m, x_shape[1] // group, 1, 1)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    cache: dict = {}
+    got = conv_nd(x, w, b, [1, 1], [1, 1], [0, 0], [0, 0], group, cache=cache)
+    np.testing.assert_allclose(got, naive_conv(x, w, b, [1, 1], [0, 0, 0, 0], [1, 1], group), rtol=1e-4, atol=1e-4)
+    assert ("direct" in cache) == (direct_conv.lanes() in direct_conv.GROUPED_1X1_LANES)
 
 
 def test_pointwise_with_pixels_as_lanes_only_where_it_is_faster():
