@@ -32,7 +32,7 @@ DISABLE_ENV = "NPU_STUDIO_NO_CCONV"
 DIRECT_MIN_GROUP_OUT = 8
 GROUPED_1X1_LANES = (8,)
 """Float32 2-D convolutions, dense or grouped with at least this many output channels per group
-(smaller groups run conv2d_phases; grouped 1x1 stay batched GEMMs but at the SIMD widths of
+(smaller groups run conv2d_phases; grouped 1x1 stay batched GEMMs except at the SIMD widths of
 GROUPED_1X1_LANES), run the direct SIMD kernel
 (this module) where this build and CPU have it. That includes every dense 1x1 convolution:
 with the kernel's per-call cost down to ~2 us (kept call arguments, addr), an in-model A/B of
