@@ -125,7 +125,17 @@ def _lib() -> ctypes.CDLL | None:
     lib.npu_plane_means_f32.argtypes = [ptr, i64, i64, ptr, i64]
     lib.npu_conv_set_kc.restype = None
     lib.npu_conv_set_kc.argtypes = [i64]
+    lib.npu_conv_set_avx2_tile.restype = None
+    lib.npu_conv_set_avx2_tile.argtypes = [i64]
     return lib
+
+
+def set_avx2_tile(tile: int) -> None:
+    """The channels-as-lanes kernel's AVX2 tile: 1 (default) 3 x 8 channels x 4 pixels, 0 2 x 8
+    channels x 6 pixels (nodes/_cconv.c), for side-by-side tests and benchmarks; same bits."""
+    lib = _lib()
+    if lib is not None:
+        lib.npu_conv_set_avx2_tile(int(tile))
 
 
 def set_sum_chunk(taps: int) -> None:

@@ -388,6 +388,33 @@ def test_grouped_pointwise_runs_the_kernel_where_it_is_faster_with_the_reference
     assert ("direct" in cache) == (direct_conv.lanes() in direct_conv.GROUPED_1X1_LANES)
 
 
+@pytest.mark.parametrize(("x_shape", "m", "k", "stride"), [((1, 19, 13, 22), 70, 3, 1), ((2, 64, 9, 9), 24, 1, 1),
+                                                           ((1, 3, 31, 29), 20, 3, 2), ((1, 600, 5, 6), 8, 1, 1)])
+def test_the_avx2_tiles_give_the_same_bits(x_shape, m, k, stride):
+    """The AVX2 kernel's 3 x 4 tile (the default) and its 2 x 6 tile sum each output in the same
+    order: equal bits, channel tails (70 = 8 x 8 + 6) and pixel tails, the fused ReLU, a chunked
+    600-channel sum and a NaN included."""
+    if 8 not in _widths():
+        pytest.skip("no AVX2 kernel here")
+    rng = np.random.default_rng(29)
+    x = (rng.standard_normal(x_shape) * 3).astype(np.float32)
+    x.reshape(-1)[5] = np.nan
+    w = rng.standard_normal((m, x_shape[1], k, k)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    xp = np.pad(x, ((0, 0), (0, 0), (k // 2,) * 2, (k // 2,) * 2))
+    out = [(xp.shape[2 + i] - k) // stride + 1 for i in range(2)]
+    runs = []
+    try:
+        for tile in (1, 0):
+            direct_conv.set_avx2_tile(tile)
+            runs.append(direct_conv.Prepared(w, b, 1, 8)(xp, (stride, stride), (1, 1), out, direct_conv.RELU))
+    finally:
+        direct_conv.set_avx2_tile(1)
+    np.testing.assert_array_equal(runs[0].view(np.uint32), runs[1].view(np.uint32))
+    ref = np.maximum(naive_conv(x, w, b, [stride] * 2, [k // 2] * 4, [1, 1], 1), 0)
+    np.testing.assert_allclose(np.nan_to_num(runs[0], nan=0), np.nan_to_num(ref, nan=0), rtol=1e-3, atol=1e-3)
+
+
 def test_pointwise_with_pixels_as_lanes_only_where_it_is_faster():
     """Small images, wide inputs, strides and groups keep the channels-as-lanes kernel (a padded
     1x1 convolution is one over the padded image: it takes the pixel lanes too)."""
