@@ -403,7 +403,7 @@ def pool2d(x: np.ndarray, kernel: Sequence[int], out_hw: Sequence[int], strides:
     n, c, h, w = x.shape
     oh, ow = int(out_hw[0]), int(out_hw[1])
     (kh, kw), (sy, sx), (dh, dw), (pt, pl) = kernel, strides, dils, pads
-    blk = int(pool_blocked(oh, ow, sx) if blocked is None else blocked)
+    blk = int(pool_blocked(oh, ow, sx, vb) if blocked is None else blocked)
     y = np.empty((n, c, oh, ow), np.float32)
     scr = np.empty(lib.npu_pool_scratch(h, w, oh, ow, kh, kw, sy, sx, dh, dw, pt, pl, blk), np.float32)
     d = None if div is None else np.ascontiguousarray(np.broadcast_to(div, (oh, ow)), np.float32)
@@ -436,15 +436,21 @@ def plane_means_for(shape: Sequence[int], dtype: np.dtype):
     return means
 
 
-def pool_blocked(oh: int, ow: int, sx: int) -> bool:
+def pool_blocked(oh: int, ow: int, sx: int, vb: int = 16) -> bool:
     """Whether 2-D pooling runs with planes as the vector lanes (per block of VB planes the plane
     transposed to (H, W, VB)) rather than pixels of a row: small outputs, where pixel lanes pay
     per-row calls for a vector or two of work (up to 4x more of them at stride 2, whose rows
     also need even-lane shuffles). Measured side by side (us, pixel lanes / planes as lanes /
     onnxruntime, one thread, 3x3 max): at stride 2, 256ch 27x27 199 / 61 / 37, 480ch 28x28
     380 / 123 / 67, 128ch 55x55 214 / 118 / 72, but 64ch 111x111 253 / 270 / 120; at stride 1,
-    832ch 14x14 160 / 119 / 57, but 192ch 28x28 102 / 133 / 52 and 64ch 56x56 109 / 149 / 63."""
+    832ch 14x14 160 / 119 / 57, but 192ch 28x28 102 / 133 / 52 and 64ch 56x56 109 / 149 / 63.
+    With AVX2 (8 planes a block; an AMD EPYC core, us, pixel lanes / planes as lanes) the planes
+    only win on the smallest outputs: stride 2, 128ch 55x55 281 / 485, 256ch 27x27 210 / 247,
+    512ch 14x14 134 / 139; stride 1, 832ch 14x14 417 / 722, 256ch 16x16 144 / 271, but 1024ch 7x7
+    343 / 266 (POOL_BLOCKED_MAX_PIXELS_AVX2)."""
+    if vb != 16:
+        return oh * ow <= POOL_BLOCKED_MAX_PIXELS_AVX2
     return oh * ow <= (POOL_BLOCKED_MAX_PIXELS_S2 if sx >= 2 else POOL_BLOCKED_MAX_PIXELS)
 
 
-POOL_BLOCKED_MAX_PIXELS, POOL_BLOCKED_MAX_PIXELS_S2 = 256, 1024
+POOL_BLOCKED_MAX_PIXELS, POOL_BLOCKED_MAX_PIXELS_S2, POOL_BLOCKED_MAX_PIXELS_AVX2 = 256, 1024, 64
