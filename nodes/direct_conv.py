@@ -446,11 +446,11 @@ def pool_blocked(oh: int, ow: int, sx: int, vb: int = 16) -> bool:
     832ch 14x14 160 / 119 / 57, but 192ch 28x28 102 / 133 / 52 and 64ch 56x56 109 / 149 / 63.
     With AVX2 (8 planes a block; an AMD EPYC core, us, pixel lanes / planes as lanes) the planes
     only win on the smallest outputs: stride 2, 128ch 55x55 281 / 485, 256ch 27x27 210 / 247,
-    512ch 14x14 134 / 139; stride 1, 832ch 14x14 417 / 722, 256ch 16x16 144 / 271, but 1024ch 7x7
-    343 / 266 (POOL_BLOCKED_MAX_PIXELS_AVX2)."""
+    512ch 14x14 134 / 139, 200ch 2x96 2x2 (one 48-pixel output row) 27 / 45; stride 1, 832ch 14x14
+    417 / 722, 256ch 16x16 144 / 271, but 1024ch 7x7 343 / 266: only rows narrower than a vector."""
     if vb != 16:
-        return oh * ow <= POOL_BLOCKED_MAX_PIXELS_AVX2
+        return ow < vb
     return oh * ow <= (POOL_BLOCKED_MAX_PIXELS_S2 if sx >= 2 else POOL_BLOCKED_MAX_PIXELS)
 
 
-POOL_BLOCKED_MAX_PIXELS, POOL_BLOCKED_MAX_PIXELS_S2, POOL_BLOCKED_MAX_PIXELS_AVX2 = 256, 1024, 64
+POOL_BLOCKED_MAX_PIXELS, POOL_BLOCKED_MAX_PIXELS_S2 = 256, 1024
