@@ -30,7 +30,6 @@ DISABLE_ENV = "NPU_STUDIO_NO_CCONV"
 
 
 DIRECT_MIN_GROUP_OUT = 8
-GROUPED_1X1_LANES = (8,)
 """Float32 2-D convolutions, dense or grouped with at least this many output channels per group
 (smaller groups run conv2d_phases; grouped 1x1 stay batched GEMMs except at the SIMD widths of
 GROUPED_1X1_LANES), run the direct SIMD kernel
@@ -43,6 +42,9 @@ the kernel was 5% slower on shufflenet (1.37 vs 1.44, three alternating runs). W
 AMD EPYC core) it is faster: shufflenet's 32 grouped 1x1 (bias, ReLU fused) took 0.873 and 0.850
 of the GEMMs' CPU time in two same-process runs of the whole model; standalone, us: 272 -> 272
 g4 on 14^2 192 / 143, 240 -> 240 g3 on 28^2 536 / 475, 24 -> 112 g4 on 56^2 188 / 213."""
+
+GROUPED_1X1_LANES = (8,)
+"""The SIMD widths at which grouped 1x1 convolutions run the direct kernel (DIRECT_MIN_GROUP_OUT)."""
 
 
 class Epilogue:
