@@ -414,7 +414,8 @@ def _conv_nd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequen
     if (len(kernel) == 2 and cdt == np.float32 and direct_conv.lanes() and (
             (group == 1 or mg >= direct_conv.DIRECT_MIN_GROUP_OUT) and (ktot > 1 or group == 1 or direct_conv.lanes() in direct_conv.GROUPED_1X1_LANES))):
         return _direct(cache, lambda: direct_conv.Prepared(w, b, group), x, w, b, epilogue,
-                       lambda prep, x_: prep(pad_spatial(x_, pb, pe), strides, dils, out, epilogue)), True
+                       lambda prep, x_: prep(pad_spatial(x_, pb, pe), strides, dils, out, epilogue),
+                       lambda prep: prep.runner(x.shape, strides, dils, out, epilogue, pb, pe)), True
     if (group == 1 and ktot > 1 and len(kernel) == 2 and tuple(strides) == (1, 1) and m <= SHIFTED_MAX_OUT
             and c_in >= SHIFTED_MIN_RATIO * m):
         prep = cache.get("shifted") if cache is not None else None
@@ -454,15 +455,15 @@ def _conv_nd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequen
     return y, False
 
 
-def _direct(cache: dict | None, make, x: np.ndarray, w: np.ndarray, b: Any, epilogue: Any, call) -> np.ndarray:
-    """call(prep, x), prep the node's C kernel (kept in ``cache``); kept as its FAST_CALL."""
+def _direct(cache: dict | None, make, x: np.ndarray, w: np.ndarray, b: Any, epilogue: Any, call, fast=None):
+    """call(prep, x), prep the node's C kernel (kept in ``cache``); kept as its FAST_CALL (or
+    ``fast(prep)``, a call made once for this geometry)."""
     prep = cache.get("direct") if cache is not None else None
     if prep is None or not prep.fits(w, b):
         prep = make()
-        if cache is not None:
-            cache["direct"] = prep
     if cache is not None:
-        cache[FAST_CALL] = (x.shape, x.dtype, w, b, epilogue, lambda x_: call(prep, x_))
+        cache["direct"] = prep
+        cache[FAST_CALL] = (x.shape, x.dtype, w, b, epilogue, fast(prep) if fast is not None else lambda x_: call(prep, x_))
     return call(prep, x)
 
 

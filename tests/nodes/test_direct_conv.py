@@ -415,6 +415,29 @@ def test_the_avx2_tiles_give_the_same_bits(x_shape, m, k, stride):
     np.testing.assert_allclose(np.nan_to_num(runs[0], nan=0), np.nan_to_num(ref, nan=0), rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.parametrize("pads", [0, 1])
+def test_a_convs_kept_fast_call_takes_transposed_and_padded_inputs_with_the_first_runs_values(pads):
+    """The second run of a Conv takes its kept fast call (the geometry's lookup made once): a
+    Transpose's non-contiguous output and the padding give the first run's values, which are
+    the definition's."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(31)
+    w = rng.standard_normal((12, 5, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 1, 3, 2]),
+             helper.make_node("Conv", ["t", "w"], ["y"], pads=[pads] * 4)]
+    side = 9 + 2 * pads - 2
+    g = helper.make_graph(nodes, "tc", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5, 9, 9])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 12, side, side])],
+                          [numpy_helper.from_array(w, "w")])
+    graph = engine.load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
+    for _ in range(3):
+        x = rng.standard_normal((1, 5, 9, 9)).astype(np.float32)
+        got = engine.execute(graph, {"x": x})["y"]
+        want = naive_conv(x.transpose(0, 1, 3, 2), w, None, [1, 1], [pads] * 4, [1, 1], 1)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_pointwise_with_pixels_as_lanes_only_where_it_is_faster():
     """Small images, wide inputs, strides and groups keep the channels-as-lanes kernel (a padded
     1x1 convolution is one over the padded image: it takes the pixel lanes too)."""
