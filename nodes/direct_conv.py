@@ -226,7 +226,8 @@ class Prepared:
                 x = np.ascontiguousarray(x, f32)
             xp = pad_spatial(x, pb, pe) if pads else x
             y = empty(yshape, f32)
-            run(a0, addr(xp), addr(y), addr(empty(noffs, i64)))  # the offsets: scratch of this call
+            offs = empty(noffs, i64)  # the kernel's tap offsets, held here while the kernel writes them
+            run(a0, addr(xp), addr(y), addr(offs))
             return y
 
         return f
