@@ -173,10 +173,13 @@ def serve(conn: Any, warm: bool = True) -> None:
     lock = threading.RLock()
 
     def send(message: tuple, payload: bytes | None = None) -> None:
-        with lock:
-            conn.send_bytes(pickle.dumps(message))
-            if payload is not None:
-                conn.send_bytes(payload)
+        try:
+            with lock:
+                conn.send_bytes(pickle.dumps(message))
+                if payload is not None:
+                    conn.send_bytes(payload)
+        except OSError:  # the editor's end closed (killed before it read "ready"): leave quietly, as receive does
+            os._exit(0)
 
     def receive() -> None:  # the editor's end closed: leave at once, whatever is running
         try:

@@ -167,3 +167,17 @@ def test_a_hardware_what_if_sends_only_a_reference_to_the_compiled_graph_both_wa
         assert res.compile.optimized is base.compile.optimized and res.compile.source is base.compile.source
     finally:
         close_analysed(win)
+
+
+def test_a_worker_whose_editor_is_gone_before_it_says_ready_leaves_quietly():
+    """An editor killed while its worker starts: the worker's first message finds the pipe
+    closed and it leaves with status 0 and no traceback on stderr (a crash-recovery run showed
+    'BrokenPipeError' there)."""
+    code = ("import multiprocessing as mp\n"
+            "from app import worker_process\n"
+            "editor, worker = mp.Pipe()\n"
+            "editor.close()\n"
+            "worker_process.serve(worker, warm=False)\n")
+    for _ in range(3):
+        proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
