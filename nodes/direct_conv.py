@@ -196,11 +196,7 @@ class Prepared:
         padding already applied: the kernel reads it in place); ``epilogue`` applied as each
         output is stored."""
         xp = np.ascontiguousarray(xp, np.float32)
-        key = (xp.shape, strides[0], strides[1], dils[0], dils[1], out_hw[0], out_hw[1], epilogue)
-        plan = self._calls.get(key)
-        if plan is None:  # worked out once per geometry: a small model's convolutions run in ~10 us
-            plan = self._calls[key] = self._plan(xp.shape, strides, dils, out_hw, epilogue)
-        run, yshape, noffs, _args, a0 = plan  # the plan keeps the argument array its address points to
+        run, yshape, noffs, _args, a0 = self._geometry(xp.shape, strides, dils, out_hw, epilogue)
         y = np.empty(yshape, np.float32)
         offs = np.empty(noffs, np.int64)  # the kernel's tap offsets (written per call: they depend on xp)
         run(a0, addr(xp), addr(y), addr(offs))
@@ -214,11 +210,7 @@ class Prepared:
         from nodes.conv import pad_spatial
 
         padded = (*xshape[:2], *(int(s) + int(b) + int(e) for s, b, e in zip(xshape[2:], pb, pe)))
-        key = (padded, strides[0], strides[1], dils[0], dils[1], out_hw[0], out_hw[1], epilogue)
-        plan = self._calls.get(key)
-        if plan is None:
-            plan = self._calls[key] = self._plan(padded, strides, dils, out_hw, epilogue)
-        run, yshape, noffs, _args, a0 = plan
+        run, yshape, noffs, _args, a0 = self._geometry(padded, strides, dils, out_hw, epilogue)
         pads, empty, f32, i64 = any(pb) or any(pe), np.empty, np.dtype(np.float32), np.int64
 
         def f(x: np.ndarray) -> np.ndarray:
@@ -231,6 +223,17 @@ class Prepared:
             return y
 
         return f
+
+    def _geometry(self, xshape: tuple, strides: Sequence[int], dils: Sequence[int], out_hw: Sequence[int],
+                  epilogue: Epilogue | None) -> tuple:
+        """The kernel call for a padded input shape (run, yshape, noffs, args, args' address),
+        worked out once per geometry (a small model's convolutions run in ~10 us); the plan
+        keeps the argument array its address points to."""
+        key = (xshape, strides[0], strides[1], dils[0], dils[1], out_hw[0], out_hw[1], epilogue)
+        plan = self._calls.get(key)
+        if plan is None:
+            plan = self._calls[key] = self._plan(xshape, strides, dils, out_hw, epilogue)
+        return plan
 
     def _plan(self, xshape: tuple, strides: Sequence[int], dils: Sequence[int], out_hw: Sequence[int],
               epilogue: Epilogue | None) -> tuple:

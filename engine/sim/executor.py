@@ -259,7 +259,8 @@ class Executor:
         self.graph = graph
         self.max_bytes = max_bytes if max_bytes is not None else default_memory_limit()
         self._checked: set[tuple] = set()
-        self._plans: dict[tuple[int, bool, frozenset[str]], _Plan] = {}
+        self._plans: dict[tuple[int, bool, frozenset[str], frozenset[str]], _Plan] = {}
+        self._overridable: dict[int, tuple[int, frozenset[str]]] = {}  # id(graph) -> (version, its overridable names)
         self._env_stack: list[Mapping[str, Any]] = []
         self._hook: NodeHook | None = None
         self._hook_bodies = False
@@ -276,15 +277,17 @@ class Executor:
             self._plans[key] = plan
         return plan
 
-    @staticmethod
-    def _overridden(graph: Graph, feeds: Mapping[str, Any]) -> frozenset[str]:
+    def _overridden(self, graph: Graph, feeds: Mapping[str, Any]) -> frozenset[str]:
         """The initializers that ``graph`` also lists as inputs (every initializer of an IR 3
         model) and ``feeds`` gives: a run without them treats them as the constants they hold
         (as onnxruntime does for IR < 4 and the optimizer by default), so Conv+BatchNormalization
         folds; a run that feeds one gets a plan where it is a value."""
         if not graph.overridable:
             return frozenset()
-        return frozenset(feeds.keys() & set(graph.overridable))
+        names = self._overridable.get(id(graph))
+        if names is None or names[0] != graph.version:  # per graph version, not per run
+            names = self._overridable[id(graph)] = (graph.version, frozenset(graph.overridable))
+        return frozenset(feeds.keys() & names[1])
 
     def run(self, feeds: Mapping[str, np.ndarray], keep_all: bool = False,
             hook: NodeHook | None = None, hook_bodies: bool = False,
