@@ -85,6 +85,29 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.asarray(np.matmul(a, b))
 
 
+def weight_product(ctx: RunContext, a: np.ndarray, b: np.ndarray, index: int, transposed: bool = False,
+                   key: str = "dense", source: np.ndarray | None = None) -> np.ndarray | None:
+    """``a @ op(b)`` (op(b) = b.T when ``transposed``; a's leading dims folded into rows) on the
+    direct kernel (direct_conv.Dense, packed once per plan) when ``b`` is input ``index``'s
+    constant float32 matrix and the product has the few rows where that pays
+    (direct_conv.DENSE_ROWS); None: the caller's BLAS path. ``source``: the input array the
+    packing is kept for (default ``b``; a slice of it, e.g. one direction's weights, is a new
+    object on every run)."""
+    node_inputs = getattr(ctx.node, "inputs", ())
+    weight = node_inputs[index] if index < len(node_inputs) else None
+    if (weight is None or weight.const is None or b.ndim != 2 or a.ndim < 1
+            or a.dtype != np.float32 or b.dtype != np.float32):
+        return None
+    from nodes import direct_conv
+
+    n, k = b.shape if transposed else b.shape[::-1]
+    rows = a.size // k if k else 0
+    if a.shape[-1] != k or not direct_conv.dense_suits(rows, k, n):
+        return None
+    dense = ctx.keep(key, b if source is None else source, lambda: direct_conv.Dense(b if transposed else b.T))
+    return dense(a.reshape(rows, k)).reshape(*a.shape[:-1], n)
+
+
 @register("MatMul", since=1)
 class MatMulSpec(OpSpec):
     """Matrix product with numpy semantics (1-D operands, broadcast batch dims)."""
@@ -103,8 +126,10 @@ class MatMulSpec(OpSpec):
         return [TensorType(ctx.dtype(0), matmul_shape(ctx.shape(0), ctx.shape(1)))]
 
     def reference(self, ctx: RunContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """numpy matmul keeping the input dtype."""
-        return matmul(a, b)
+        """numpy matmul keeping the input dtype (a constant weight times a few rows: the direct
+        kernel)."""
+        y = weight_product(ctx, a, b, 1) if b.ndim == 2 else None
+        return y if y is not None else matmul(a, b)
 
     def work(self, ctx: NodeContext) -> Work:
         """MACs = prod(batch) * M * K * N."""
@@ -184,14 +209,16 @@ class GemmSpec(OpSpec):
         dt = a.dtype
         if at["transA"]:
             a = a.T
-        if at["transB"]:
+        y = weight_product(ctx, a, b, 1, transposed=bool(at["transB"])) if a.ndim == 2 else None
+        if at["transB"] and y is None:
             b = _transposed(ctx, b, a.shape[0])
         if dt.kind in "iu" and (alpha != 1.0 or (c is not None and beta != 1.0)):
             y = matmul(a.astype(np.float64), b.astype(np.float64)) * alpha
             if c is not None:
                 y = y + beta * c.astype(np.float64)
             return y.astype(dt)
-        y = matmul(a, b)
+        if y is None:
+            y = matmul(a, b)
         if alpha != 1.0:
             y = y * np.asarray(alpha, dtype=y.dtype) if dt.kind == "f" else y * alpha
         if c is not None and beta != 0.0:

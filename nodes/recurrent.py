@@ -247,10 +247,18 @@ def _clipper(clip: float | None) -> Callable[[np.ndarray], np.ndarray]:
     return lambda v: np.clip(v, -c, c)
 
 
-def _project(x: np.ndarray, wd: np.ndarray, bias: np.ndarray) -> np.ndarray:
-    """X @ W^T + bias for every time step at once: (T, B, G)."""
+def _project(ctx: RunContext, x: np.ndarray, w: np.ndarray, d: int, wd: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """X @ W[d]^T + bias for every time step at once: (T, B, G) (a few steps by a constant W:
+    the direct kernel, matmul.weight_product)."""
+    from nodes.matmul import weight_product
+
     t_len, batch, inp = x.shape
-    return (x.reshape(-1, inp) @ wd.T + bias).reshape(t_len, batch, -1)
+    rows = x.reshape(-1, inp)
+    y = weight_product(ctx, rows, wd, 1, transposed=True, key=f"W{d}", source=w)
+    if y is None:
+        return (rows @ wd.T + bias).reshape(t_len, batch, -1)
+    y += bias
+    return y.reshape(t_len, batch, -1)
 
 
 @register("LSTM", since=7)
@@ -275,7 +283,7 @@ class LSTMSpec(_RecurrentSpec):
 
         def make_step(x, wd, rd, bd, hid, acts, clip, d):
             f, g, h = acts
-            xw = _project(x, wd, bd[:4 * hid] + bd[4 * hid:])
+            xw = _project(ctx, x, w, d, wd, bd[:4 * hid] + bd[4 * hid:])
             rt = ctx.keep(f"R{d}", r, lambda: np.ascontiguousarray(rd.T))  # once per plan: 5.7 ms at 2048 x 512
             pd = p[d].astype(x.dtype) if p is not None else None
 
@@ -312,7 +320,7 @@ class GRUSpec(_RecurrentSpec):
             f, g = acts
             wb, rb = bd[:3 * hid], bd[3 * hid:]
             bias = wb + np.concatenate([rb[:2 * hid], np.zeros(hid, x.dtype) if lbr else rb[2 * hid:]])
-            xw = _project(x, wd, bias)
+            xw = _project(ctx, x, w, d, wd, bias)
             rzr = ctx.keep(f"Rzr{d}", r, lambda: np.ascontiguousarray(rd[:2 * hid].T))
             rh = ctx.keep(f"Rh{d}", r, lambda: np.ascontiguousarray(rd[2 * hid:].T))
             rbh = rb[2 * hid:]
@@ -353,7 +361,7 @@ class RNNSpec(_RecurrentSpec):
 
         def make_step(x, wd, rd, bd, hid, acts, clip, d):
             (f,) = acts
-            xw = _project(x, wd, bd[:hid] + bd[hid:])
+            xw = _project(ctx, x, w, d, wd, bd[:hid] + bd[hid:])
             rt = ctx.keep(f"R{d}", r, lambda: np.ascontiguousarray(rd.T))
 
             def step(xt: np.ndarray, state: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:

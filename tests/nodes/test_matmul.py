@@ -110,3 +110,51 @@ def test_det_batched():
     g = _load([helper.make_node("Det", ["x"], ["y"])], [("x", TensorProto.FLOAT, ("B", 2, 2))], ["y"])
     assert g.outputs[0].type.shape == ("B",)
     np.testing.assert_allclose(engine.execute(g, {"x": x})["y"], [6.0, -2.0], rtol=1e-6)
+
+
+def _float64_product(a, w, trans_b):
+    return a.astype(np.float64) @ (w.T if trans_b else w).astype(np.float64)
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+@pytest.mark.parametrize("rows", [2, 5, 17, 64])
+def test_gemm_of_a_few_rows_by_a_constant_weight_matches_float64(rows, trans_b):
+    """A text recognizer's classifier: a few time steps by a (1024 x 600) constant weight, the
+    shape that runs on the direct kernel; the values are the float64 product's to float32
+    accuracy on every run of the plan, bias, alpha and NaN/inf rows included."""
+    from nodes import direct_conv
+
+    rng = np.random.default_rng(rows)
+    k, n = 1024, 600
+    w = rng.standard_normal((n, k) if trans_b else (k, n)).astype(np.float32)
+    c = rng.standard_normal(n).astype(np.float32)
+    g = _load([helper.make_node("Gemm", ["a", "w", "c"], ["y"], transB=trans_b, alpha=0.5)],
+              [("a", TensorProto.FLOAT, ("M", k))], ["y"], inits=[("w", w), ("c", c)])
+    for run in range(3):
+        a = rng.standard_normal((rows, k)).astype(np.float32)
+        a[0, run] = [np.nan, np.inf, -np.inf][run]
+        y = engine.execute(g, {"a": a})["y"]
+        want = 0.5 * _float64_product(a, w, trans_b) + c
+        assert y.shape == (rows, n) and y.dtype == np.float32
+        np.testing.assert_allclose(y[1:], want[1:], rtol=1e-4, atol=1e-3)
+        np.testing.assert_array_equal(np.isnan(y[0]), np.isnan(want[0]))
+        np.testing.assert_array_equal(y[0][~np.isnan(want[0])], want[0][~np.isnan(want[0])].astype(np.float32))
+    assert direct_conv.lanes() == 0 or direct_conv.dense_suits(rows, k, n)
+
+
+def test_matmul_of_a_constant_weight_folds_batch_rows_and_a_fed_weight_is_used():
+    """MatMul by a constant (512 x 1024) weight with batch dims folded into rows, then the same
+    product with the weight as a graph input (BLAS): both are the float64 product's values."""
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((512, 1024)).astype(np.float32)
+    a = rng.standard_normal((2, 8, 512)).astype(np.float32)
+    g = _load([helper.make_node("MatMul", ["a", "w"], ["y"])], [("a", TensorProto.FLOAT, (2, 8, 512))], ["y"],
+              inits=[("w", w)])
+    y = engine.execute(g, {"a": a})["y"]
+    np.testing.assert_allclose(y, _float64_product(a, w, False), rtol=1e-4, atol=1e-3)
+    fed = _load([helper.make_node("MatMul", ["a", "w"], ["y"])],
+                [("a", TensorProto.FLOAT, (2, 8, 512)), ("w", TensorProto.FLOAT, (512, 1024))], ["y"])
+    for _ in range(2):
+        w2 = rng.standard_normal((512, 1024)).astype(np.float32)
+        np.testing.assert_allclose(engine.execute(fed, {"a": a, "w": w2})["y"], _float64_product(a, w2, False),
+                                   rtol=1e-4, atol=1e-3)

@@ -142,3 +142,24 @@ def test_lstm_peepholes_lens_and_initial_state_match_onnxruntime():
     theirs = dict(zip(["Y", "Y_h", "Y_c"], sess.run(["Y", "Y_h", "Y_c"], {"X": feeds["X"]})))
     for k in ("Y", "Y_h", "Y_c"):
         np.testing.assert_allclose(ours[k], theirs[k], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+def test_a_wide_layer_over_a_few_steps_matches_onnxruntime_on_every_run(op):
+    """A recognizer's bidirectional layer (input 512, hidden 256, 8 steps of batch 2): the input
+    projection of all steps is a few rows by a large constant W, the shape that runs on the
+    direct kernel; onnxruntime's values on the first run and on the plan's later runs."""
+    ort = pytest.importorskip("onnxruntime")
+    hid, inp, seq, batch = 256, 512, 8, 2
+    rng = np.random.default_rng(4)
+    g_ = GATES[op]
+    weights = {"W": (rng.standard_normal((2, g_ * hid, inp)) * 0.05).astype(np.float32),  # not chaotic:
+               "R": (rng.standard_normal((2, g_ * hid, hid)) * 0.05).astype(np.float32)}  # |R| < 1
+    g, _ = _model(op, (seq, batch, inp), hid, inp, nd=2, inits=weights, direction="bidirectional")
+    sess = ort.InferenceSession(to_onnx(g).SerializeToString(), providers=["CPUExecutionProvider"])
+    for _ in range(2):
+        x = rng.standard_normal((seq, batch, inp)).astype(np.float32)
+        ours = engine.execute(g, {"X": x})
+        theirs = dict(zip(["Y", "Y_h"], sess.run(["Y", "Y_h"], {"X": x})))
+        for k in ("Y", "Y_h"):
+            np.testing.assert_allclose(ours[k], theirs[k], rtol=1e-4, atol=1e-4)
