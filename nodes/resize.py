@@ -147,10 +147,11 @@ def resample_axis(x: np.ndarray, axis: int, idx: np.ndarray, w: np.ndarray) -> n
 
 
 def _repeat_factors(shape: Sequence[int], out_sizes: Sequence[int], scales: Sequence[float], mode: str,
-                    coord_mode: str, nearest_mode: str, roi: Sequence[tuple[float, float]] | None) -> list[int] | None:
+                    coord_mode: str, nearest_mode: str) -> list[int] | None:
     """Per axis the integer factor when nearest/asymmetric/floor resizing by whole scales is
-    plain repetition (source index floor(o / s) = o // s), else None."""
-    if mode != "nearest" or coord_mode != "asymmetric" or nearest_mode != "floor" or roi is not None:
+    plain repetition (source index floor(o / s) = o // s; asymmetric coordinates ignore the
+    roi), else None."""
+    if mode != "nearest" or coord_mode != "asymmetric" or nearest_mode != "floor":
         return None
     out = []
     for n_in, n_out, sc in zip(shape, out_sizes, scales):
@@ -161,9 +162,38 @@ def _repeat_factors(shape: Sequence[int], out_sizes: Sequence[int], scales: Sequ
     return out
 
 
+_WIDER = {1: np.uint16, 2: np.uint32, 4: np.uint64}
+
+
+def _repeat_last(x: np.ndarray, f: int) -> np.ndarray:
+    """``np.repeat(x, f, axis=-1)``, bit for bit. An even factor of 1-, 2- or 4-byte items first
+    doubles each item as one integer of twice the width (u * (2^bits + 1) holds u in both
+    halves), then copies those pairs f / 2 times by strided assignment: (1, 96, 40, 40) by 2
+    313 -> 59 us (np.repeat's per-item loop)."""
+    wide = _WIDER.get(x.dtype.itemsize) if x.dtype.kind in "biuf" else None
+    if wide is None or f % 2:
+        return np.repeat(x, f, axis=-1)
+    bits = 8 * x.dtype.itemsize
+    pairs = np.ascontiguousarray(x).view(f"u{x.dtype.itemsize}").astype(wide)
+    pairs *= wide((1 << bits) + 1)
+    if f > 2:
+        out = np.empty((*pairs.shape, f // 2), wide)
+        for j in range(f // 2):
+            out[..., j] = pairs
+        pairs = out
+    return pairs.view(x.dtype).reshape(*x.shape[:-1], x.shape[-1] * f)
+
+
 def repeat_nearest(x: np.ndarray, factors: Sequence[int]) -> np.ndarray:
-    """Every element repeated ``factors[axis]`` times along each axis, in one copy (a
-    broadcast view reshaped): the 2x nearest upsampling of feature pyramids."""
+    """Every element repeated ``factors[axis]`` times along each axis: the nearest upsampling
+    of feature pyramids. The last axis by np.repeat, the others in one copy of a broadcast view
+    (whose inner loops are then whole rows: a broadcast repeat of the last axis copies runs of
+    2 or 4 floats. (1, 96, 20, 20) by 4: 903 -> 223 us with np.repeat, less with _repeat_last)."""
+    if x.ndim and factors[-1] > 1:
+        x = _repeat_last(x, factors[-1])
+        factors = [*factors[:-1], 1]
+        if all(f == 1 for f in factors):
+            return x
     view_shape: list[int] = []
     full_shape: list[int] = []
     for n, f in zip(x.shape, factors):
@@ -178,7 +208,7 @@ def resize_nd(x: np.ndarray, out_sizes: Sequence[int], scales: Sequence[float], 
               exclude_outside: bool = False, extrapolation: float = 0.0, antialias: bool = False,
               roi: Sequence[tuple[float, float]] | None = None) -> np.ndarray:
     """Resize every axis of ``x`` to ``out_sizes`` (separable resampling)."""
-    factors = _repeat_factors(x.shape, out_sizes, scales, mode, coord_mode, nearest_mode, roi)
+    factors = _repeat_factors(x.shape, out_sizes, scales, mode, coord_mode, nearest_mode)
     if factors is not None:
         return repeat_nearest(x, factors)
     if mode == "nearest" or x.dtype in (np.float32, np.float64):
