@@ -1,12 +1,9 @@
 """Convolution ops: Conv, ConvTranspose, DeformConv and Col2Im.
 
-Conv is im2col (a strided view copied once) followed by one matmul per group, batched over
-groups; 1x1 convolutions are a plain matmul without im2col. Depthwise and small-group 2-D
-convolutions run a compiled direct kernel instead (nodes/kernels.py): their im2col is mostly
-copying for a matrix-vector product per group. Everything runs in
-float32 (float64 stays float64).
-The window geometry helpers here (explicit/auto pads, ceil mode, symbolic dims) are shared
-with the pooling family.
+Float32 2-D convolutions run the SIMD kernels of nodes/direct_conv.py where this CPU has them; otherwise
+im2col (a strided view copied once) and one matmul per group, batched over groups, or for depthwise and
+small groups a compiled direct kernel (nodes/kernels.py). float64 stays float64. The window geometry
+helpers here (explicit/auto pads, ceil mode, symbolic dims) are shared with the pooling family.
 """
 
 from __future__ import annotations
@@ -197,19 +194,25 @@ def scatter_taps(cols: np.ndarray, kernel: Sequence[int], grid: Sequence[int], s
     """col2im: add ``cols`` (N, C, *kernel, *grid) into a (N, C, *out_sizes) output.
 
     Grid position g and tap t land on output coordinate ``g*stride + t*dilation - pad_begin``;
-    contributions outside the output are dropped and missing positions stay zero.
-    """
+    contributions outside the output are dropped and missing positions stay zero. Taps that tile the output
+    (stride = kernel, no dilation, padding or crop: a 2x2 stride-2 upsampling) are each written once as
+    0 + tap: the same bits without the zeroed buffer and re-reads ((1, 24, 80, 80) -> 160^2: 832 -> 395 us)."""
     n = len(kernel)
     full = [(g - 1) * s + (k - 1) * d + 1 for g, s, k, d in zip(grid, strides, kernel, dils)]
     off = [max(0, -b) for b in pb]
     length = [max(f, b + o) + a for f, b, o, a in zip(full, pb, out_sizes, off)]
-    buf = np.zeros((*cols.shape[:2], *length), dtype=cols.dtype)
+    tiles = all(s == k and d == 1 and b == 0 and o == f for s, k, d, b, o, f in
+                zip(strides, kernel, dils, pb, out_sizes, full))
+    buf = (np.empty if tiles else np.zeros)((*cols.shape[:2], *length), dtype=cols.dtype)
     for tap in itertools.product(*(range(k) for k in kernel)):
         sl = [slice(None), slice(None)]
         for i in range(n):
             start = off[i] + tap[i] * dils[i]
             sl.append(slice(start, start + (grid[i] - 1) * strides[i] + 1, strides[i]))
-        buf[tuple(sl)] += cols[(slice(None), slice(None), *tap)]
+        if tiles:
+            np.add(cols[(slice(None), slice(None), *tap)], cols.dtype.type(0), out=buf[tuple(sl)])
+        else:
+            buf[tuple(sl)] += cols[(slice(None), slice(None), *tap)]
     crop = [slice(None), slice(None)] + [slice(a + b, a + b + o) for a, b, o in zip(off, pb, out_sizes)]
     return buf[tuple(crop)]
 
@@ -313,9 +316,8 @@ def conv_gemm(ctx: NodeContext, x_index: int = 0, w_index: int = 1, transposed: 
 
 
 DIRECT_GROUP_WIDTH = 4
-"""Grouped 2-D convolutions with (input x output channels per group) up to this run the compiled
-direct kernel (nodes.kernels.conv2d_phases): measured 2-4x faster than im2col for depthwise
-(1 x 1) and 2 x 2, slower from 3 x 4 on, where the batched matmul has enough work per group."""
+"""Grouped 2-D convolutions with (input x output channels per group) up to this run the compiled direct kernel
+(nodes.kernels.conv2d_phases): 2-4x faster than im2col for depthwise (1 x 1) and 2 x 2, slower from 3 x 4 on."""
 
 
 def _im2col_matmul(view: np.ndarray, wk: np.ndarray, n_batch: int, group: int, rows: int) -> np.ndarray:
@@ -325,9 +327,8 @@ def _im2col_matmul(view: np.ndarray, wk: np.ndarray, n_batch: int, group: int, r
 
 
 def _im2col_bands(view: np.ndarray, wk: np.ndarray, y: np.ndarray, rows: int, n_spatial: int) -> None:
-    """im2col ``rows`` output rows of a (N, C, *k, *out) window view at a time into one reused
-    buffer, each band multiplied by the weights straight into its columns of ``y`` (N, group,
-    M/group, pixels)."""
+    """im2col ``rows`` output rows of a (N, C, *k, *out) window view at a time into one reused buffer, each
+    band multiplied by the weights straight into its columns of ``y`` (N, group, M/group, pixels)."""
     n_batch, group = y.shape[:2]
     axis = 2 + n_spatial
     k_rows = wk.shape[-1]
@@ -347,13 +348,12 @@ def _im2col_bands(view: np.ndarray, wk: np.ndarray, y: np.ndarray, rows: int, n_
 
 
 SHIFTED_MIN_RATIO = 2
-"""Stride-1 dense 2-D convolutions with at least SHIFTED_MIN_RATIO times more input than output
-channels skip im2col (nodes.kernels.conv2d_shifted): per-tap GEMMs on the padded input itself,
-summed at their shifts. Measured (BLAS 1 thread, side by side): 96 -> 24 channels 3x3 on 80x80
-5.76 -> 5.05 ms, 24 -> 12 2x2 on 160x160 2.17 -> 1.63, 128 -> 32 3x3 on 28x28 1.63 -> 1.17,
-on 56x56 5.96 -> 5.36; slower with as many outputs as inputs (64 -> 64 on 56x56: 4.7 -> 7.2)
-and at stride 2 (48 -> 24 on 160x160: 4.9 -> 5.3); even with 64 outputs (128 -> 64 on 20x20: 1.26 -> 1.40,
-256 -> 64 on 10x10: 0.87 -> 0.88), hence at most SHIFTED_MAX_OUT output channels."""
+"""Stride-1 dense 2-D convolutions with at least SHIFTED_MIN_RATIO times more input than output channels skip
+im2col (nodes.kernels.conv2d_shifted): per-tap GEMMs on the padded input itself, summed at their shifts.
+Measured (BLAS 1 thread, side by side): 96 -> 24 channels 3x3 on 80x80 5.76 -> 5.05 ms, 24 -> 12 2x2 on 160x160
+2.17 -> 1.63, 128 -> 32 3x3 on 28x28 1.63 -> 1.17, on 56x56 5.96 -> 5.36; slower with as many outputs as inputs
+(64 -> 64 on 56x56: 4.7 -> 7.2), at stride 2 (48 -> 24 on 160x160: 4.9 -> 5.3) and with 64 outputs (128 -> 64
+on 20x20: 1.26 -> 1.40, 256 -> 64 on 10x10: 0.87 -> 0.88), hence at most SHIFTED_MAX_OUT output channels."""
 SHIFTED_MAX_OUT = 32
 
 FAST_CALL = "direct_call"

@@ -153,6 +153,33 @@ def test_convtranspose_shapes_values_and_macs():
     assert _work(g).macs == 1 * 4 * 5 * 6 * 3 * 3 * 3
 
 
+@pytest.mark.parametrize(("kernel", "group", "bias"), [((2, 2), 1, False), ((2, 2), 2, True), ((3, 3), 1, True),
+                                                   ((1, 4), 1, False)])
+def test_convtranspose_whose_taps_tile_the_output_matches_onnxruntime_and_the_definition(kernel, group, bias):
+    """A detector's 2x2 stride-2 upsampling (stride = kernel: every output pixel is one tap):
+    the naive definition's values, onnxruntime's, and zeros as +0 (an all-zero input row by
+    negative weights: -0 products), with and without bias."""
+    ort = pytest.importorskip("onnxruntime")
+    rng = np.random.default_rng(sum(kernel) + group)
+    x = rng.standard_normal((1, 4, 5, 6)).astype(np.float32)
+    x[:, :, 0] = 0.0
+    w = -np.abs(rng.standard_normal((4, 3, *kernel))).astype(np.float32)
+    inits = [("w", w)] + ([("b", np.zeros(3 * group, np.float32))] if bias else [])
+    node = helper.make_node("ConvTranspose", ["x", "w"] + (["b"] if bias else []), ["y"], strides=list(kernel),
+                            group=group)
+    g = _load([node], [("x", TensorProto.FLOAT, x.shape)], ["y"], inits)
+    y = engine.execute(g, {"x": x})["y"]
+    out = [5 * kernel[0], 6 * kernel[1]]
+    np.testing.assert_allclose(y, naive_convtranspose(x, w, list(kernel), [0, 0], out, group=group), rtol=1e-5, atol=1e-5)
+    from engine.ir.onnx_io import to_onnx
+
+    sess = ort.InferenceSession(to_onnx(g).SerializeToString(), providers=["CPUExecutionProvider"])
+    theirs = sess.run(None, {"x": x})[0]
+    np.testing.assert_allclose(y, theirs, rtol=1e-5, atol=1e-5)
+    top = y[:, :, :kernel[0]]
+    assert not np.signbit(top).any() and not np.signbit(theirs[:, :, :kernel[0]]).any()
+
+
 def test_deformconv_with_zero_offsets_is_conv_and_col2im_inverts_im2col():
     rng = np.random.default_rng(3)
     x = rng.standard_normal((1, 4, 6, 7)).astype(np.float32)
