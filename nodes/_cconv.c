@@ -317,6 +317,29 @@ void npu_conv_set_avx2_tile(i64 t) { conv_avx2_tile = t; }
             for (i64 q = 0; q < n; q++) d[q] = l[q];                                           \
         }                                                                                      \
     }                                                                                          \
+    /* H rows of W floats into rows of LW (its even padded columns in the first half, its odd   \
+     * ones in the second), at padded column pl: stride-2 taps then read whole vectors of one     \
+     * half (ld1) instead of two straddling loads and a shuffle each (ld2). */                    \
+    ATTR static void split_rows_##SUFFIX(float *dst, i64 LW, const float *src, i64 W, i64 H,    \
+                                         i64 pl) {                                              \
+        i64 half = LW / 2;                                                                     \
+        for (i64 r = 0; r < H; r++) {                                                          \
+            const float *a = src + r * W;                                                      \
+            float *d = dst + r * LW;                                                           \
+            /* input column c lands at padded column pl + c: half (pl + c) & 1, index (pl + c) / 2 */ \
+            float *ev = d + (pl & 1) * half + pl / 2, *od = d + (1 - (pl & 1)) * half + (pl + 1) / 2; \
+            i64 j = 0;                                                                         \
+            for (int last = 0; 2 * j + 2 * VB <= W; j += VB) {                                 \
+                VEC e = ld2_##SUFFIX(a + 2 * j, 2), f = ld2_##SUFFIX(a + 2 * j + 1, 2);        \
+                memcpy(ev + j, &e, sizeof(VEC));                                               \
+                memcpy(od + j, &f, sizeof(VEC));                                               \
+                if (!last && 2 * (j + VB) < W && 2 * (j + 2 * VB) > W) /* the tail: one vector  \
+                    overlapping the last (equal values), a column at most left */              \
+                    j = (W - 2 * VB) / 2 - VB, last = 1;                                       \
+            }                                                                                  \
+            for (i64 c = 2 * j; c < W; c++) (c & 1 ? od : ev)[c / 2] = a[c];                   \
+        }                                                                                      \
+    }                                                                                          \
     DEFINE_BAND(SUFFIX, ATTR, VEC, 5, k5)                                                     \
     DEFINE_BAND(SUFFIX, ATTR, VEC, 7, k7)                                                     \
     DEFINE_BAND(SUFFIX, ATTR, VEC, KH, kKH)                                                   \
@@ -327,13 +350,18 @@ void npu_conv_set_avx2_tile(i64 t) { conv_avx2_tile = t; }
                                  float *zb) {                                                  \
         i64 mult = M / C, K = KH * KW, nt = OW >= VB ? (OW + VB - 1) / VB : 1;                 \
         i64 nst = OW >= VB ? VB : OW, tiles = OH * nt;                                         \
-        i64 offs[K];                                                                           \
+        /* stride 2 over rows of at least two vectors: rows split into even and odd columns */   \
+        i64 offs[K], half = LW / 2, split = sx == 2 && W >= 2 * VB;                           \
         for (i64 ky = 0, t = 0; ky < KH; ky++)                                                 \
-            for (i64 kx = 0; kx < KW; kx++) offs[t++] = ky * dy * LW + kx * dx;                \
+            for (i64 kx = 0; kx < KW; kx++)                                                    \
+                offs[t++] = ky * dy * LW + (split ? (kx * dx) / 2 + ((kx * dx) & 1) * half : kx * dx); \
         for (i64 o = 0; o < M; o++) {                                                          \
             if (o % mult == 0) {                                                               \
                 const float *xc = x + (o / mult) * H * W;                                      \
-                copy_rows(scr + pt * LW + pl, LW, xc, W, H, W);                                \
+                if (split)                                                                     \
+                    split_rows_##SUFFIX(scr + pt * LW, LW, xc, W, H, pl);                      \
+                else                                                                           \
+                    copy_rows(scr + pt * LW + pl, LW, xc, W, H, W);                            \
             }                                                                                  \
             const float *wc = w + o * K;                                                       \
             float bo = bias ? bias[o] : 0.0f, *yc = y + o * OH * OW;                           \
@@ -394,7 +422,7 @@ void npu_conv_set_avx2_tile(i64 t) { conv_avx2_tile = t; }
                     if (j0 + q < tiles) {                                                      \
                         i64 s = tc * VB;                                                       \
                         if (OW >= VB && s > OW - VB) s = OW - VB;                              \
-                        src[q] = scr + th * sy * LW + s * sx;                                  \
+                        src[q] = scr + th * sy * LW + (split ? s : s * sx);                    \
                         dst[q] = yc + th * OW + s;                                             \
                         if (++tc == nt) tc = 0, th++;                                          \
                     } else {                                                                   \
@@ -404,7 +432,7 @@ void npu_conv_set_avx2_tile(i64 t) { conv_avx2_tile = t; }
                 const float *s0 = src[0], *s1 = src[1], *s2 = src[2], *s3 = src[3];            \
                 const float *s4 = src[4], *s5 = src[5], *s6 = src[6], *s7 = src[7];            \
                 VEC a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0}, a6 = {0}, a7 = {0}; \
-                if (sx == 1) {                                                                 \
+                if (sx == 1 || split) { /* split: whole vectors of the even or odd half-row */ \
                     DW_TAPS(ld1_##SUFFIX)                                                      \
                 } else if (sx == 2) {                                                          \
                     DW_TAPS(ld2_##SUFFIX)                                                      \
@@ -1051,8 +1079,13 @@ int npu_conv2d_f32_plan(const i64 *a, const char *x, char *y, i64 *offs) {
 /* The row length of npu_dwconv2d_f32's padded plane of HP x WP. */
 static i64 dw_row(i64 WP, i64 KW, i64 sy, i64 sx, i64 dy, i64 dx, i64 lanes) {
     if (sx == 1 && sy == 1 && dy == 1) return WP; /* computed in bands of whole rows (read slack below) */
-    i64 need = (lanes - 1) * (sx > 2 ? sx : 2) + (KW - 1) * dx + lanes + 1;
-    return WP > need ? WP : need;
+    i64 need = (lanes - 1) * (sx > 2 ? sx : 2) + (KW - 1) * dx + lanes + 1, row = WP > need ? WP : need;
+    if (sx == 2) { /* or split into even and odd halves, each read a vector past its last tile */
+        i64 half = (WP + 1) / 2, hneed = lanes + (KW * dx) / 2 + 1;
+        half = half > hneed ? half : hneed;
+        row = row > 2 * half ? row + (row & 1) : 2 * half;
+    }
+    return row;
 }
 
 /* The padded plane (HP + 1 rows of dw_row floats, and slack for the last vectors' reads) and,
