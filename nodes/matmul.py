@@ -85,6 +85,14 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.asarray(np.matmul(a, b))
 
 
+def is_constant(ctx: RunContext, index: int, value: np.ndarray) -> bool:
+    """Whether ``value`` is input ``index``'s constant itself (an initializer the plan did not
+    replace by a fed value): what a kernel may prepare once and keep for later runs."""
+    node_inputs = getattr(ctx.node, "inputs", ())
+    v = node_inputs[index] if index < len(node_inputs) else None
+    return v is not None and v.const is value
+
+
 def weight_product(ctx: RunContext, a: np.ndarray, b: np.ndarray, index: int, transposed: bool = False,
                    key: str = "dense", source: np.ndarray | None = None) -> np.ndarray | None:
     """``a @ op(b)`` (op(b) = b.T when ``transposed``; a's leading dims folded into rows) on the
@@ -92,10 +100,9 @@ def weight_product(ctx: RunContext, a: np.ndarray, b: np.ndarray, index: int, tr
     constant float32 matrix and the product has the few rows where that pays
     (direct_conv.DENSE_ROWS); None: the caller's BLAS path. ``source``: the input array the
     packing is kept for (default ``b``; a slice of it, e.g. one direction's weights, is a new
-    object on every run)."""
-    node_inputs = getattr(ctx.node, "inputs", ())
-    weight = node_inputs[index] if index < len(node_inputs) else None
-    if (weight is None or weight.const is None or b.ndim != 2 or a.ndim < 1
+    object on every run). A weight fed at run time (an IR 3 initializer overridden) is packed
+    for no run after it: BLAS."""
+    if (not is_constant(ctx, index, b if source is None else source) or b.ndim != 2 or a.ndim < 1
             or a.dtype != np.float32 or b.dtype != np.float32):
         return None
     from nodes import direct_conv
@@ -153,9 +160,9 @@ TRANSPOSE_KEEP_BYTES = 64 << 20
 
 def _transposed(ctx: RunContext, b: np.ndarray, rows: int) -> np.ndarray:
     """op(B) = B^T for a Gemm with transB: a view, or, for a product of several rows by a
-    weight up to TRANSPOSE_KEEP_BYTES, a contiguous copy kept while the same B comes in (BLAS
-    ran (32 x 1024) @ (8210 x 1024)^T in 17 ms through the view, 12 ms on the copy)."""
-    if rows < 2 or b.nbytes > TRANSPOSE_KEEP_BYTES or b.dtype.kind != "f":
+    constant weight up to TRANSPOSE_KEEP_BYTES, a contiguous copy kept for the plan (BLAS ran
+    (32 x 1024) @ (8210 x 1024)^T in 17 ms through the view, 12 ms on the copy)."""
+    if rows < 2 or b.nbytes > TRANSPOSE_KEEP_BYTES or b.dtype.kind != "f" or not is_constant(ctx, 1, b):
         return b.T
     return ctx.keep("Bt", b, lambda: np.ascontiguousarray(b.T))
 

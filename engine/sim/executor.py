@@ -355,6 +355,10 @@ class Executor:
         if not plan.consts_ready:
             self._fold_constants(plan, outer)
         local: dict[str, Any] = dict(plan.consts)
+        # each run's own view of the caller's arrays: kernels keep what they prepare from an
+        # input (a packed weight) while the same object comes in, so an array refilled in place
+        # between runs must not be the same object as last run's (a weight fed as an input)
+        feeds = {k: v.view() if type(v) is np.ndarray else v for k, v in feeds.items()}
         local.update(feeds)
         env = ChainMap(local, outer) if outer else local
         self._env_stack.append(env)

@@ -469,3 +469,48 @@ def test_a_bias_free_convs_add_and_hard_sigmoid_run_inside_the_conv_with_the_op_
     assert np.isnan(got).any() and (got == 0).any() and (got == 1).any() and ((got > 0) & (got < 1)).any()
     np.testing.assert_allclose(got, _ort(model, {"x": x})["y"], rtol=1e-6, atol=1e-6)
 
+
+
+def _weight_fed_model(op: str, ir3: bool):
+    """A one-node model whose weight ``w`` is a graph input (ir3: an initializer the model also
+    lists as an input, as every IR 3 model does)."""
+    rng = np.random.default_rng(7)
+    if op == "Conv":
+        x_shape, w = (1, 8, 16, 16), rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
+        node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    elif op == "MatMul":  # few rows by a large weight: the packed direct kernel when constant
+        x_shape, w = (8, 512), rng.standard_normal((512, 1024)).astype(np.float32)
+        node = helper.make_node("MatMul", ["x", "w"], ["y"])
+    else:
+        x_shape, w = (4, 2, 256), (rng.standard_normal((1, 2048, 256)) * 0.05).astype(np.float32)
+        r = numpy_helper.from_array((rng.standard_normal((1, 2048, 512)) * 0.05).astype(np.float32), "r")
+        node = helper.make_node("LSTM", ["x", "w", "r"], ["y"], hidden_size=512)
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape),
+           helper.make_tensor_value_info("w", TensorProto.FLOAT, w.shape)]
+
+    def model(with_w: bool):
+        inits = ([numpy_helper.from_array(w, "w")] if with_w else []) + ([r] if op == "LSTM" else [])
+        out = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+        return helper.make_model(helper.make_graph([node], "g", ins, out, inits),
+                                 opset_imports=[helper.make_opsetid("", 13)])
+
+    ours = model(ir3)
+    if ir3:
+        ours.ir_version = 3
+    # onnxruntime refuses a feed of an IR 3 initializer: its reference has w as a plain input
+    return ours, model(False), rng.standard_normal(x_shape).astype(np.float32), w
+
+
+@pytest.mark.parametrize(("op", "ir3"), [("Conv", False), ("Conv", True), ("MatMul", True), ("LSTM", True)])
+def test_a_weight_fed_as_an_input_and_refilled_in_place_gives_the_new_weights_numbers(op, ir3):
+    """A caller that feeds a weight (a graph input, or an IR 3 initializer it overrides) and
+    refills the same array between runs gets the refilled weight's result every run, as
+    onnxruntime does: nothing prepared from last run's values is reused."""
+    model, reference, x, w0 = _weight_fed_model(op, ir3)
+    graph = engine.load(model, check=False)
+    sess = ort.InferenceSession(reference.SerializeToString(), providers=["CPUExecutionProvider"])
+    w = w0 * 0.5
+    for scale in (1.0, -2.0, 0.25):
+        w[...] = w0 * scale
+        ours = engine.execute(graph, {"x": x, "w": w})["y"]
+        np.testing.assert_allclose(ours, sess.run(None, {"x": x, "w": w})[0], rtol=1e-4, atol=1e-4)
