@@ -107,4 +107,3 @@ def repeat_last(x: np.ndarray, f: int) -> np.ndarray:
             out[..., j] = pairs
         pairs = out
     return pairs.view(x.dtype).reshape(*x.shape[:-1], x.shape[-1] * f)
-

@@ -102,7 +102,8 @@ def weight_product(ctx: RunContext, a: np.ndarray, b: np.ndarray, index: int, tr
     packing is kept for (default ``b``; a slice of it, e.g. one direction's weights, is a new
     object on every run). A weight fed at run time (an IR 3 initializer overridden) is packed
     for no run after it: BLAS."""
-    if (not is_constant(ctx, index, b if source is None else source) or b.ndim != 2 or a.ndim < 1
+    kept_for = b if source is None else source
+    if (not is_constant(ctx, index, kept_for) or b.ndim != 2 or a.ndim < 1
             or a.dtype != np.float32 or b.dtype != np.float32):
         return None
     from nodes import direct_conv
@@ -111,7 +112,7 @@ def weight_product(ctx: RunContext, a: np.ndarray, b: np.ndarray, index: int, tr
     rows = a.size // k if k else 0
     if a.shape[-1] != k or not direct_conv.dense_suits(rows, k, n):
         return None
-    dense = ctx.keep(key, b if source is None else source, lambda: direct_conv.Dense(b if transposed else b.T))
+    dense = ctx.keep(key, kept_for, lambda: direct_conv.Dense(b if transposed else b.T))
     return dense(a.reshape(rows, k)).reshape(*a.shape[:-1], n)
 
 
