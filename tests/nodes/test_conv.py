@@ -157,8 +157,8 @@ def test_convtranspose_shapes_values_and_macs():
                                                    ((1, 4), 1, False)])
 def test_convtranspose_whose_taps_tile_the_output_matches_onnxruntime_and_the_definition(kernel, group, bias):
     """A detector's 2x2 stride-2 upsampling (stride = kernel: every output pixel is one tap):
-    the naive definition's values, onnxruntime's, and zeros as +0 (an all-zero input row by
-    negative weights: -0 products), with and without bias."""
+    the naive definition's values and onnxruntime's, with and without bias; and the taps' bits
+    are the summing path's (0 + tap: -0 becomes +0, NaN stays NaN)."""
     ort = pytest.importorskip("onnxruntime")
     rng = np.random.default_rng(sum(kernel) + group)
     x = rng.standard_normal((1, 4, 5, 6)).astype(np.float32)
@@ -176,8 +176,16 @@ def test_convtranspose_whose_taps_tile_the_output_matches_onnxruntime_and_the_de
     sess = ort.InferenceSession(to_onnx(g).SerializeToString(), providers=["CPUExecutionProvider"])
     theirs = sess.run(None, {"x": x})[0]
     np.testing.assert_allclose(y, theirs, rtol=1e-5, atol=1e-5)
-    top = y[:, :, :kernel[0]]
-    assert not np.signbit(top).any() and not np.signbit(theirs[:, :, :kernel[0]]).any()
+    from nodes.conv import scatter_taps
+
+    cols = rng.standard_normal((1, 3, *kernel, 5, 6)).astype(np.float32)
+    cols[..., 0, :] = -0.0
+    cols[..., 1, 0] = np.nan
+    want = np.zeros((1, 3, *out), np.float32)
+    for a, b in itertools.product(range(kernel[0]), range(kernel[1])):
+        want[:, :, a::kernel[0], b::kernel[1]] += cols[:, :, a, b]
+    got = scatter_taps(cols, list(kernel), [5, 6], list(kernel), [1, 1], [0, 0], out)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
 def test_deformconv_with_zero_offsets_is_conv_and_col2im_inverts_im2col():
